@@ -1,0 +1,26 @@
+# Each target creates .venv when missing: torch==2.13.0 first (the CPU build on this disk;
+# an unpinned torch would pull a multi-GB CUDA build), then the project with its dev extra.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+DEMO   ?= --k 5 --n-bases 200 --steps 3000 --eval-every 25 --ckpt-every 50
+
+.PHONY: demo test bench clean-demo
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/selector-lens train $(DEMO) --out checkpoints/demo --resume
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_core.py
+
+clean-demo:
+	rm -rf checkpoints/demo

@@ -1,0 +1,31 @@
+"""selector-lens: watch a transformer go from a marginal to a conditional solution.
+
+Names are imported lazily so `import selector_lens` (and the CLI's --help) stays instant;
+torch and TransformerLens load on first use.
+"""
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "SelectorTask": "task",
+    "TaskData": "task",
+    "ModelConfig": "config",
+    "TrainConfig": "config",
+    "SelectorLensError": "errors",
+    "build_model": "model",
+    "train": "trainer",
+    "Run": "runs",
+    "evaluate": "metrics",
+    "make_eval_set": "metrics",
+    "tau": "transition",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'selector_lens' has no attribute {name!r}")

@@ -1,0 +1,149 @@
+"""A run directory on disk (design.md): `run.json`, `data.json`, `metrics.jsonl`, `ckpt/`.
+
+`Run` reads one lazily; the trainer writes through it. Every file is written atomically or
+appended and flushed line by line, so a killed run leaves nothing torn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cached_property
+from pathlib import Path
+
+from .config import TrainConfig
+from .errors import SelectorLensError
+from .model import atomic_write
+
+CKPT_RE = re.compile(r"step_(\d{6,})\.safetensors$")
+
+
+def write_json(path: Path, obj) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1)))
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SelectorLensError(f"missing file: {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SelectorLensError(f"corrupt file: {path} ({e})") from None
+
+
+class Run:
+    """One training run's directory; everything downstream reads runs through this."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+
+    @classmethod
+    def open(cls, path) -> "Run":
+        run = cls(path)
+        if not (run.path / "run.json").is_file():
+            raise SelectorLensError(f"not a run directory (no run.json): {run.path}")
+        run.info  # validates run.json now
+        return run
+
+    @classmethod
+    def latest(cls, root="checkpoints") -> "Run":
+        """The most recently created run under `root` (what the CLI uses without --run)."""
+        found = sorted(Path(root).glob("**/run.json"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise SelectorLensError(f"no run found under {root}/ (train one with `selector-lens train`)")
+        return cls.open(found[-1].parent)
+
+    # --- files -----------------------------------------------------------------------------
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.path / "ckpt"
+
+    def ckpt_path(self, step: int) -> Path:
+        return self.ckpt_dir / f"step_{step:06d}.safetensors"
+
+    @property
+    def state_path(self) -> Path:
+        return self.ckpt_dir / "last.pt"
+
+    # --- contents --------------------------------------------------------------------------
+    @property
+    def info(self) -> dict:
+        """run.json: config, status, version, created, eval groups, summary (read fresh)."""
+        return read_json(self.path / "run.json")
+
+    @cached_property
+    def config(self) -> TrainConfig:
+        try:
+            return TrainConfig.from_dict(self.info["config"])
+        except (KeyError, TypeError) as e:
+            raise SelectorLensError(f"corrupt file: {self.path / 'run.json'} (bad config: {e})") from None
+
+    @property
+    def status(self) -> str:
+        return self.info.get("status", "unknown")
+
+    def metric_rows(self) -> list[dict]:
+        """Parsed lines of metrics.jsonl; a torn last line (killed mid-write) is skipped."""
+        path = self.path / "metrics.jsonl"
+        if not path.is_file():
+            return []
+        rows = []
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                if i < len(lines) - 1:
+                    raise SelectorLensError(f"corrupt file: {path} (line {i + 1})") from None
+        return rows
+
+    @property
+    def metrics(self):
+        """DataFrame, one row per eval step (nested per-head / per-group values as lists)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.metric_rows())
+
+    @property
+    def steps(self) -> list[int]:
+        """Steps that have a weight checkpoint, ascending."""
+        if not self.ckpt_dir.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in self.ckpt_dir.iterdir() if (m := CKPT_RE.search(p.name)))
+
+    @cached_property
+    def task_data(self):
+        from .task import TaskData
+
+        return TaskData.from_strings(self.config.task, **read_json(self.path / "data.json"))
+
+    @property
+    def config_hash(self) -> str:
+        from .model import config_hash
+
+        return config_hash(self.config.task, self.config.model)
+
+    def model_at(self, step: int, model=None):
+        """A HookedTransformer with the weights of `step` (loaded in place into `model` if given)."""
+        from .model import build_model, load_weights
+
+        if step not in set(self.steps):
+            near = sorted(self.steps, key=lambda s: abs(s - step))[:3]
+            raise SelectorLensError(
+                f"no checkpoint at step {step} in {self.path}"
+                + (f"; nearest: {', '.join(map(str, sorted(near)))}" if near else "; the run has none")
+            )
+        if model is None:
+            model = build_model(self.config.model, self.config.task, self.config.seed)
+        load_weights(model, self.ckpt_path(step), self.config_hash)
+        return model
+
+    def tau(self, threshold: float = 0.5) -> int | None:
+        """First eval step with candidate loss < threshold x log K (None: no transition yet)."""
+        from .transition import tau
+
+        rows = [r for r in self.metric_rows() if r.get("candidate_loss") is not None]
+        return tau([r["step"] for r in rows], [r["candidate_loss"] for r in rows], self.config.task.log_k, threshold)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"

@@ -1,0 +1,223 @@
+"""The selector task (science.md section 1): strings, token tensors, candidate sets, positions.
+
+`SelectorTask` is the frozen config; `generate()` samples the strings once from its seed;
+`TaskData.from_strings` turns strings into tensors, so a run rebuilt from its `data.json`
+is exact even if the sampler changes later.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from .errors import SelectorLensError
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+PAD, BOS, EOS, SEP = 0, 1, 2, 3
+SPECIAL = ("[PAD]", "[BOS]", "[EOS]", "[SEP]")
+D_VOCAB = len(SPECIAL) + len(ALPHABET)  # 40
+CHAR_ID = {c: i + len(SPECIAL) for i, c in enumerate(ALPHABET)}
+DIRECTIONS = ("bz_to_a", "b_to_a", "a_to_b", "az_to_b")
+
+
+@dataclass(frozen=True)
+class SelectorTask:
+    """K-fold ambiguous map B -> A, resolved by a selector z shared by every B.
+
+    Directions: `bz_to_a` (the paper's task), `b_to_a` (no z, irreducible loss log K),
+    `a_to_b` (the one-to-one reverse), `az_to_b` (reverse with a redundant z).
+    """
+
+    k: int = 10
+    n_bases: int = 1000
+    b_length: int = 6
+    a_length: int = 4
+    z_length: int = 2
+    direction: str = "bz_to_a"
+    unique_first_char: bool = True
+    seed: int = 42
+
+    def __post_init__(self):
+        n = len(ALPHABET)
+        if self.direction not in DIRECTIONS:
+            raise SelectorLensError(
+                f"unknown direction {self.direction!r}; choose one of {', '.join(DIRECTIONS)}"
+            )
+        if self.k < 1:
+            raise SelectorLensError(f"k must be >= 1, got {self.k}")
+        if self.n_bases < 1:
+            raise SelectorLensError(f"n_bases must be >= 1, got {self.n_bases}")
+        for name in ("b_length", "a_length", "z_length"):
+            if getattr(self, name) < 1:
+                raise SelectorLensError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.unique_first_char and self.k > n:
+            raise SelectorLensError(
+                f"k={self.k} > {n}: with unique_first_char the K targets of a base need K "
+                f"different first characters (turn unique_first_char off for larger K)"
+            )
+        if self.k > n**self.z_length:
+            raise SelectorLensError(
+                f"k={self.k} needs {self.k} distinct selectors but z_length={self.z_length} "
+                f"allows only {n**self.z_length}"
+            )
+        if self.n_bases > n**self.b_length:
+            raise SelectorLensError(
+                f"n_bases={self.n_bases} exceeds the {n**self.b_length} strings of length "
+                f"{self.b_length}"
+            )
+        # Each B uses each first character at most once, so a character heads <= n_bases targets.
+        room = n ** (self.a_length - 1) if self.unique_first_char else n**self.a_length
+        need = self.n_bases if self.unique_first_char else self.n_bases * self.k
+        if need > room:
+            raise SelectorLensError(
+                f"n_bases={self.n_bases} with k={self.k} needs more globally unique targets than "
+                f"strings of length {self.a_length} allow"
+                + (" with unique first characters" if self.unique_first_char else "")
+            )
+
+    @property
+    def has_z(self) -> bool:
+        return self.direction in ("bz_to_a", "az_to_b")
+
+    @property
+    def has_candidates(self) -> bool:
+        """The K targets of a base are the candidates (forward directions only)."""
+        return self.direction in ("bz_to_a", "b_to_a")
+
+    @property
+    def n_examples(self) -> int:
+        return self.n_bases * self.k
+
+    @property
+    def log_k(self) -> float:
+        return math.log(self.k)
+
+    @property
+    def source_length(self) -> int:
+        """Tokens before the target: BOS, source, SEP, and z with its SEP when present."""
+        src = self.a_length if self.direction.startswith("a") else self.b_length
+        return 2 + src + (self.z_length + 1 if self.has_z else 0)
+
+    @property
+    def target_length(self) -> int:
+        return self.b_length if self.direction.startswith("a") else self.a_length
+
+    @property
+    def seq_len(self) -> int:
+        return self.source_length + self.target_length + 1  # + EOS
+
+    @property
+    def z_positions(self) -> list[int]:
+        if not self.has_z:
+            return []
+        start = 2 + (self.a_length if self.direction.startswith("a") else self.b_length)
+        return list(range(start, start + self.z_length))
+
+    @property
+    def first_target_pos(self) -> int:
+        """The position whose logits predict the first target token (a1 for bz_to_a: 10)."""
+        return self.source_length - 1
+
+    def generate(self) -> "TaskData":
+        """Sample the strings from `seed` and build the tensors."""
+        rng = np.random.default_rng(self.seed)
+        n = len(ALPHABET)
+        bases = [_to_str(i, self.b_length) for i in _distinct(rng, self.n_bases, n**self.b_length)]
+        zs = [_to_str(i, self.z_length) for i in _distinct(rng, self.k, n**self.z_length)]
+        if self.unique_first_char:
+            firsts = np.stack([rng.permutation(n)[: self.k] for _ in range(self.n_bases)])
+            targets = np.empty((self.n_bases, self.k), dtype=object)
+            for c in range(n):
+                where = np.nonzero(firsts == c)
+                tails = _distinct(rng, len(where[0]), n ** (self.a_length - 1))
+                for (g, j), t in zip(zip(*where), tails):
+                    targets[g, j] = ALPHABET[c] + _to_str(t, self.a_length - 1)
+        else:
+            flat = _distinct(rng, self.n_examples, n**self.a_length)
+            targets = np.array([_to_str(i, self.a_length) for i in flat], dtype=object)
+        targets = targets.reshape(self.n_bases, self.k).tolist()
+        return TaskData.from_strings(self, bases, zs, targets)
+
+
+def _distinct(rng: np.random.Generator, count: int, space: int) -> list[int]:
+    """`count` distinct integers in [0, space), in random order."""
+    if space <= 1 << 22:
+        return rng.choice(space, size=count, replace=False).tolist()
+    seen: dict[int, None] = {}
+    while len(seen) < count:
+        for v in rng.integers(0, space, size=count - len(seen)).tolist():
+            seen.setdefault(v)
+    return list(seen)
+
+
+def _to_str(index: int, length: int) -> str:
+    chars = []
+    for _ in range(length):
+        index, r = divmod(index, len(ALPHABET))
+        chars.append(ALPHABET[r])
+    return "".join(reversed(chars))
+
+
+def encode(s: str) -> list[int]:
+    return [CHAR_ID[c] for c in s]
+
+
+def decode(ids) -> list[str]:
+    """Token ids -> readable labels ('[BOS]', 'a', ...), for plots and tables."""
+    return [SPECIAL[i] if i < len(SPECIAL) else ALPHABET[i - len(SPECIAL)] for i in ids]
+
+
+@dataclass
+class TaskData:
+    """The dataset of one task: strings and the tensors every other module reads.
+
+    Example e = g * K + i is base g with its i-th target and i-th selector.
+    """
+
+    task: SelectorTask
+    bases: list[str]
+    zs: list[str]
+    targets: list[list[str]]  # [n_bases][K]
+    tokens: "torch.Tensor" = field(repr=False)  # [D, seq] int64
+    group: "torch.Tensor" = field(repr=False)  # [D] base index
+    choice: "torch.Tensor" = field(repr=False)  # [D] index of the example's target among its group's K
+
+    @classmethod
+    def from_strings(cls, task: SelectorTask, bases, zs, targets) -> "TaskData":
+        import torch  # lazily: the CLI imports this module for its options
+
+        if len(bases) != task.n_bases or len(zs) != task.k or any(len(t) != task.k for t in targets):
+            raise SelectorLensError("strings do not match the task's n_bases and k")
+        rows = []
+        for g, b in enumerate(bases):
+            for i, a in enumerate(targets[g]):
+                src, tgt = (a, b) if task.direction.startswith("a") else (b, a)
+                row = [BOS, *encode(src), SEP]
+                if task.has_z:
+                    row += [*encode(zs[i]), SEP]
+                rows.append(row + encode(tgt) + [EOS])
+        tokens = torch.tensor(rows, dtype=torch.long)
+        group = torch.arange(task.n_bases).repeat_interleave(task.k)
+        choice = torch.arange(task.k).repeat(task.n_bases)
+        return cls(task, list(bases), list(zs), [list(t) for t in targets], tokens, group, choice)
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        """[seq - 1] bool over next-token predictions: True where the target is an A token or EOS."""
+        import torch
+
+        mask = torch.zeros(self.task.seq_len - 1, dtype=torch.bool)
+        mask[self.task.first_target_pos :] = True
+        return mask
+
+    @cached_property
+    def candidates(self) -> torch.Tensor:
+        """[n_bases, K, target_length + 1]: each group's K targets with EOS, as tokens."""
+        t = self.task
+        return self.tokens[:, t.source_length :].reshape(t.n_bases, t.k, t.target_length + 1)
+
+    def to_json(self) -> dict:
+        return {"bases": self.bases, "zs": self.zs, "targets": self.targets}

@@ -1,0 +1,91 @@
+import itertools
+
+import pytest
+import torch
+
+from selector_lens import SelectorLensError, SelectorTask
+from selector_lens.task import BOS, EOS, SEP, decode, encode
+
+
+def test_layout_of_the_paper_sequence():
+    task = SelectorTask(k=4, n_bases=5)
+    data = task.generate()
+    assert data.tokens.shape == (20, 16) and task.seq_len == 16
+    assert task.z_positions == [8, 9] and task.first_target_pos == 10
+    row = data.tokens[6].tolist()  # base 1, its target 2, selector 2
+    assert row[0] == BOS and row[7] == SEP and row[10] == SEP and row[15] == EOS
+    assert row[1:7] == encode(data.bases[1])
+    assert row[8:10] == encode(data.zs[2])
+    assert row[11:15] == encode(data.targets[1][2])
+    assert "".join(decode(row[1:7])) == data.bases[1]
+    assert data.loss_mask.nonzero().flatten().tolist() == [10, 11, 12, 13, 14]
+
+
+def test_invariants_d_shared_z_unique_first_char_global_uniqueness():
+    task = SelectorTask(k=7, n_bases=50, seed=3)
+    data = task.generate()
+    assert len(data.tokens) == task.n_examples == 50 * 7
+    assert len(set(data.bases)) == 50 and len(set(data.zs)) == 7
+    every_a = list(itertools.chain(*data.targets))
+    assert len(set(every_a)) == 50 * 7
+    assert all(len({a[0] for a in group}) == 7 for group in data.targets)
+    # the i-th example of every base carries z_i: z alone says nothing about A
+    z = data.tokens[:, task.z_positions].reshape(50, 7, 2)
+    assert torch.equal(z, z[:1].expand_as(z))
+    assert torch.equal(data.group, torch.arange(50).repeat_interleave(7))
+    assert torch.equal(data.candidates[3, 5, :4], torch.tensor(encode(data.targets[3][5])))
+
+
+def test_deterministic_per_seed():
+    a, b, c = (SelectorTask(k=5, n_bases=30, seed=s).generate() for s in (1, 1, 2))
+    assert a.to_json() == b.to_json() and torch.equal(a.tokens, b.tokens)
+    assert a.to_json() != c.to_json()
+
+
+@pytest.mark.parametrize(
+    "direction,length,zpos,first",
+    [("bz_to_a", 16, [8, 9], 10), ("b_to_a", 13, [], 7), ("a_to_b", 13, [], 5), ("az_to_b", 16, [6, 7], 8)],
+)
+def test_directions(direction, length, zpos, first):
+    task = SelectorTask(k=3, n_bases=4, direction=direction)
+    data = task.generate()
+    assert data.tokens.shape == (12, length) and task.z_positions == zpos and task.first_target_pos == first
+    src, tgt = (data.targets[2][1], data.bases[2]) if direction.startswith("a") else (data.bases[2], data.targets[2][1])
+    row = data.tokens[2 * 3 + 1].tolist()
+    assert row[1 : 1 + len(src)] == encode(src)
+    assert row[first + 1 : first + 1 + len(tgt)] == encode(tgt)
+    assert (task.has_z, task.has_candidates) == (bool(zpos), direction in ("bz_to_a", "b_to_a"))
+
+
+def test_same_strings_in_every_direction():
+    fwd = SelectorTask(k=3, n_bases=6, direction="bz_to_a").generate()
+    rev = SelectorTask(k=3, n_bases=6, direction="a_to_b").generate()
+    assert fwd.to_json() == rev.to_json()
+
+
+def test_z_length_and_no_unique_first_char():
+    task = SelectorTask(k=40, n_bases=3, z_length=1 + 1, unique_first_char=False)
+    data = task.generate()
+    assert len(set(itertools.chain(*data.targets))) == 120
+    assert SelectorTask(k=3, n_bases=2, z_length=4).seq_len == 18
+
+
+@pytest.mark.parametrize(
+    "kw,words",
+    [
+        ({"k": 0}, "k must be >= 1"),
+        ({"k": 37}, "k=37 > 36"),
+        ({"n_bases": 0}, "n_bases must be >= 1"),
+        ({"n_bases": 2, "b_length": 1, "k": 2, "unique_first_char": False, "z_length": 1}, None),
+        ({"n_bases": 37, "b_length": 1}, "exceeds the 36 strings"),
+        ({"n_bases": 50_000, "k": 2}, "globally unique targets"),
+        ({"k": 37, "z_length": 1, "unique_first_char": False}, "distinct selectors"),
+        ({"direction": "sideways"}, "unknown direction"),
+    ],
+)
+def test_impossible_configs_are_one_clear_error(kw, words):
+    if words is None:
+        SelectorTask(**kw)  # the boundary itself is allowed
+        return
+    with pytest.raises(SelectorLensError, match=words):
+        SelectorTask(**kw)

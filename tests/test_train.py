@@ -1,0 +1,170 @@
+import json
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+import selector_lens as sl
+from selector_lens import trainer as train_mod
+from selector_lens.model import load_weights, save_weights
+from selector_lens.trainer import BatchOrder, lr_at
+from tests.conftest import tiny
+
+KEYS = ("step", "examples_seen", "loss", "first_target_loss", "candidate_loss", "candidate_acc",
+        "dz", "token_acc", "attn_to_z", "group_correct")
+
+
+def test_run_directory_and_metrics(tmp_path, tiny_cfg):
+    run = sl.train(tiny_cfg, out=tmp_path / "r")
+    assert {p.name for p in run.path.iterdir()} == {"run.json", "data.json", "metrics.jsonl", "ckpt"}
+    assert run.steps == [0, 20, 40]
+    assert run.status == "finished" and run.config == tiny_cfg
+    m = run.metrics
+    assert list(m.step) == [0, 10, 20, 30, 40] and set(KEYS) <= set(m.columns)
+    assert list(m.examples_seen) == [BatchOrder(36, 16, 42).examples_seen(s) for s in m.step]
+    assert m.examples_seen.iloc[2] == 6 * 36 + 2 * 16  # step 20: 6 epochs of 3 batches (16, 16, 4) + 2
+    assert len(m.attn_to_z[0]) == 2 and len(m.attn_to_z[0][0]) == 2
+    assert run.task_data.to_json() == tiny_cfg.task.generate().to_json()
+    assert run.info["summary"]["tau"] == run.tau()
+    assert (run.path / "ckpt" / "last.pt").is_file()
+
+
+def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
+    cfg = tiny()
+    model = sl.build_model(cfg.model, cfg.task, seed=7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    save_weights(model, tmp_path / "w.safetensors", step=5, cfg_hash="abc")
+    fresh = sl.build_model(cfg.model, cfg.task, seed=8)
+    assert load_weights(fresh, tmp_path / "w.safetensors", "abc") == 5
+    x = cfg.task.generate().tokens
+    assert torch.equal(model(x), fresh(x))
+
+
+def test_model_at_loads_the_trained_weights(tmp_path, tiny_cfg):
+    run = sl.train(tiny_cfg, out=tmp_path / "r")
+    a, b = run.model_at(40), run.model_at(0)
+    x = run.task_data.tokens
+    assert not torch.equal(a(x), b(x))
+    from selector_lens.metrics import make_eval_set
+
+    again = sl.evaluate(a, make_eval_set(run.task_data, tiny_cfg.eval_groups, seed=tiny_cfg.seed))
+    assert again["loss"] == pytest.approx(run.metrics.loss.iloc[-1], abs=1e-6)
+
+
+def test_resume_equals_uninterrupted(tmp_path, monkeypatch):
+    cfg = tiny(steps=60)
+    full = sl.train(cfg, out=tmp_path / "full").metric_rows()
+
+    calls = {"n": 0}
+    real = train_mod.evaluate
+
+    def dies_at_step_50(*a, **k):  # killed after the step-40 checkpoint and the step-50 eval
+        calls["n"] += 1
+        if calls["n"] == 7:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(train_mod, "evaluate", dies_at_step_50)
+    with pytest.raises(KeyboardInterrupt):
+        sl.train(cfg, out=tmp_path / "killed")
+    monkeypatch.setattr(train_mod, "evaluate", real)
+    killed = sl.Run.open(tmp_path / "killed")
+    assert killed.status == "running" and killed.steps == [0, 20, 40]
+    resumed = sl.train(cfg, out=tmp_path / "killed", resume=True).metric_rows()
+    assert [r["step"] for r in resumed] == [r["step"] for r in full]
+    for a, b in zip(full, resumed):
+        for key in KEYS:
+            assert a[key] == b[key], (a["step"], key)
+
+
+def test_resume_can_extend_the_step_budget(tmp_path):
+    run = sl.train(tiny(steps=20), out=tmp_path / "r")
+    run = sl.train(tiny(steps=40), out=tmp_path / "r", resume=True)
+    assert run.steps == [0, 20, 40] and [r["step"] for r in run.metric_rows()] == [0, 10, 20, 30, 40]
+
+
+def test_early_stop_once_solved_for_a_while(tmp_path):
+    run = sl.train(tiny(steps=400, early_stop_evals=3), out=tmp_path / "r")
+    m = run.metrics
+    assert run.status == "early_stopped" and m.step.iloc[-1] < 400
+    assert (m.candidate_loss.iloc[-3:] < 0.05 * math.log(3)).all()
+    assert run.steps[-1] == m.step.iloc[-1]  # the stopping step is checkpointed
+
+
+def test_batch_order_is_a_fresh_permutation_each_epoch():
+    order = BatchOrder(10, 4, seed=1)
+    epoch0 = torch.cat([order.indices(s) for s in (1, 2, 3)])
+    epoch1 = torch.cat([order.indices(s) for s in (4, 5, 6)])
+    assert sorted(epoch0.tolist()) == sorted(epoch1.tolist()) == list(range(10))
+    assert not torch.equal(epoch0, epoch1)
+    assert torch.equal(BatchOrder(10, 4, seed=1).indices(5), order.indices(5))
+
+
+def test_lr_schedules():
+    cfg = tiny(steps=110, warmup_steps=10, schedule="cosine")
+    assert lr_at(cfg, 5) == pytest.approx(cfg.lr / 2)
+    assert lr_at(cfg, 10) == pytest.approx(cfg.lr)
+    assert lr_at(cfg, 60) == pytest.approx(cfg.lr / 2)
+    assert lr_at(cfg, 110) == pytest.approx(0.0, abs=1e-12)
+    assert lr_at(tiny(), 1000) == tiny().lr
+
+
+def test_reverse_direction_records_what_is_defined(tmp_path):
+    run = sl.train(tiny(task={"direction": "a_to_b"}, steps=10), out=tmp_path / "r")
+    row = run.metric_rows()[-1]
+    assert row["candidate_loss"] is None and row["dz"] is None and row["attn_to_z"] is None
+    assert row["loss"] > 0 and run.tau() is None
+
+
+# --- bad input: one clear error naming the problem -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kw,words",
+    [({"lr": 0}, "lr must be positive"), ({"batch_size": 0}, "batch_size"), ({"steps": -1}, "steps"),
+     ({"eval_groups": "most"}, "eval_groups"), ({"device": "tpu"}, "unknown device")],
+)
+def test_bad_train_config(kw, words):
+    with pytest.raises(sl.SelectorLensError, match=words):
+        tiny(**kw)
+
+
+def test_out_holding_another_run(tmp_path):
+    sl.train(tiny(steps=10), out=tmp_path / "r")
+    with pytest.raises(sl.SelectorLensError, match=r"holds a different run \(lr: 0.003 != 0.001"):
+        sl.train(tiny(steps=10, lr=1e-3), out=tmp_path / "r", resume=True)
+    with pytest.raises(sl.SelectorLensError, match="already holds this run; pass --resume"):
+        sl.train(tiny(steps=10), out=tmp_path / "r")
+
+
+def test_missing_and_corrupt_checkpoints_are_named(tmp_path):
+    run = sl.train(tiny(steps=20), out=tmp_path / "r")
+    with pytest.raises(sl.SelectorLensError, match=r"no checkpoint at step 15 .*nearest: 0, 20"):
+        run.model_at(15)
+    path = run.ckpt_path(20)
+    blob = bytearray(path.read_bytes())
+    blob[-20:] = b"\x00" * 20  # flip weight bytes: the checksum catches it
+    path.write_bytes(bytes(blob))
+    with pytest.raises(sl.SelectorLensError, match=r"corrupt checkpoint: .*step_000020.safetensors \(checksum"):
+        run.model_at(20)
+    path.write_bytes(b"not a safetensors file")
+    with pytest.raises(sl.SelectorLensError, match=r"corrupt checkpoint: .*step_000020.safetensors"):
+        run.model_at(20)
+    run.state_path.write_bytes(b"torn")
+    with pytest.raises(sl.SelectorLensError, match=r"corrupt checkpoint: .*last.pt"):
+        sl.train(tiny(steps=40), out=tmp_path / "r", resume=True)
+
+
+def test_torn_last_metrics_line_is_skipped_but_corruption_is_named(tmp_path):
+    run = sl.train(tiny(steps=10), out=tmp_path / "r")
+    path = run.path / "metrics.jsonl"
+    path.write_text(path.read_text() + '{"step": 20, "lo')
+    assert [r["step"] for r in run.metric_rows()] == [0, 10]
+    path.write_text('{"step": 0\n' + path.read_text())
+    with pytest.raises(sl.SelectorLensError, match="corrupt file: .*metrics.jsonl"):
+        run.metric_rows()
+    with pytest.raises(sl.SelectorLensError, match="not a run directory"):
+        sl.Run.open(tmp_path / "nothing")
