@@ -3,7 +3,7 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-DEMO   ?= --k 5 --n-bases 200 --steps 3000 --eval-every 25 --ckpt-every 50
+DEMO   ?= --k 5 --n-bases 800 --steps 3000 --eval-every 25
 
 .PHONY: demo test bench clean-demo
 

@@ -100,7 +100,7 @@ def _expand_cache(cache, n: int, c: int):
 
 
 @torch.inference_mode()
-def evaluate(model, es: EvalSet, max_rows: int = 2048) -> dict:
+def evaluate(model, es: EvalSet, max_rows: int = 1024) -> dict:
     """All per-eval metrics of science.md section 3 on `es`; undefined ones are None."""
     from transformer_lens import TransformerLensKeyValueCache
 

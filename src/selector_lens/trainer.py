@@ -184,7 +184,7 @@ def train(cfg: TrainConfig, out=None, resume: bool = False, progress: bool = Fal
 
         bar = _Progress(cfg, step) if progress else None
         model.train()
-        stopped = False
+        stopped = cfg.early_stop and streak >= cfg.early_stop_evals  # resuming an early-stopped run
         while step < cfg.steps and not stopped:
             step += 1
             for group in opt.param_groups:
