@@ -18,6 +18,19 @@ _EXPORTS = {
     "evaluate": "metrics",
     "make_eval_set": "metrics",
     "tau": "transition",
+    "CheckpointSeries": "runs",
+    "attention_to_z": "attention",
+    "attention_patterns": "attention",
+    "ablate_heads": "interventions.ablation",
+    "ablate_each_head": "interventions.ablation",
+    "head_ablation": "interventions.ablation",
+    "patch": "interventions.patching",
+    "patch_series": "interventions.patching",
+    "z_corruption": "interventions.patching",
+    "logit_diff": "interventions.patching",
+    "normalized_logit_diff": "interventions.patching",
+    "find_routing_head": "routing",
+    "cascade": "routing",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -100,8 +100,13 @@ def _expand_cache(cache, n: int, c: int):
 
 
 @torch.inference_mode()
-def evaluate(model, es: EvalSet, max_rows: int = 1024) -> dict:
-    """All per-eval metrics of science.md section 3 on `es`; undefined ones are None."""
+def evaluate(model, es: EvalSet, max_rows: int = 1024, intervention=None) -> dict:
+    """All per-eval metrics of science.md section 3 on `es`; undefined ones are None.
+
+    `intervention` (e.g. a head ablation) has `hooks(examples, offset) -> fwd_hooks`: the
+    TransformerLens hooks for a forward pass whose rows are those eval examples and whose
+    first position is `offset` (0 for the prefix pass, source_length for the candidates).
+    """
     from transformer_lens import TransformerLensKeyValueCache
 
     task, device = es.task, next(model.parameters()).device
@@ -119,13 +124,14 @@ def evaluate(model, es: EvalSet, max_rows: int = 1024) -> dict:
         n = hi - lo
         prefix = es.tokens[lo:hi, :S]
         inp = prefix if es.deranged is None else torch.cat([prefix, es.deranged[lo:hi]])
-        hooks = []
+        rows_ex = torch.arange(lo, hi)
+        hooks = intervention.hooks(rows_ex.repeat(inp.shape[0] // n), 0) if intervention else []
         if zpos:
 
             def grab(pattern, hook, n=n):
                 attn[hook.layer()] += pattern[:n, :, S - 1, zpos].sum((0, 2)).double().cpu()
 
-            hooks = [(f"blocks.{layer}.attn.hook_pattern", grab) for layer in range(L)]
+            hooks += [(f"blocks.{layer}.attn.hook_pattern", grab) for layer in range(L)]
         cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, inp.shape[0])
         inp = inp.to(device)  # no tokenizer: TransformerLens needs the (all-ones) mask with a cache
         logits = model.run_with_hooks(
@@ -135,7 +141,12 @@ def evaluate(model, es: EvalSet, max_rows: int = 1024) -> dict:
 
         cand = es.candidates[lo:hi]  # [n, C, T+1]
         cand_in = cand[:, :, :T].reshape(n * C, T).to(device)
-        rest = model(cand_in, past_kv_cache=_expand_cache(cache, n, C), attention_mask=torch.ones_like(cand_in))
+        rest = model.run_with_hooks(
+            cand_in,
+            past_kv_cache=_expand_cache(cache, n, C),
+            attention_mask=torch.ones_like(cand_in),
+            fwd_hooks=intervention.hooks(rows_ex.repeat_interleave(C), S) if intervention else [],
+        )
         rest = rest.float().log_softmax(-1).cpu().reshape(n, C, T, -1)
         tok_logp = torch.cat(
             [

@@ -123,16 +123,20 @@ class Run:
 
         return config_hash(self.config.task, self.config.model)
 
+    def check_step(self, step: int) -> None:
+        """One clear error for a step without a checkpoint, naming the nearest ones."""
+        if step not in set(self.steps):
+            near = sorted(sorted(self.steps, key=lambda s: abs(s - step))[:3])
+            raise SelectorLensError(
+                f"no checkpoint at step {step} in {self.path}"
+                + (f"; nearest: {', '.join(map(str, near))}" if near else "; the run has none")
+            )
+
     def model_at(self, step: int, model=None):
         """A HookedTransformer with the weights of `step` (loaded in place into `model` if given)."""
         from .model import build_model, load_weights
 
-        if step not in set(self.steps):
-            near = sorted(self.steps, key=lambda s: abs(s - step))[:3]
-            raise SelectorLensError(
-                f"no checkpoint at step {step} in {self.path}"
-                + (f"; nearest: {', '.join(map(str, sorted(near)))}" if near else "; the run has none")
-            )
+        self.check_step(step)
         if model is None:
             model = build_model(self.config.model, self.config.task, self.config.seed)
         load_weights(model, self.ckpt_path(step), self.config_hash)
@@ -145,5 +149,84 @@ class Run:
         rows = [r for r in self.metric_rows() if r.get("candidate_loss") is not None]
         return tau([r["step"] for r in rows], [r["candidate_loss"] for r in rows], self.config.task.log_k, threshold)
 
+    def eval_set(self):
+        """The run's own evaluation set (same seeded groups as during training)."""
+        from .metrics import make_eval_set
+
+        return make_eval_set(self.task_data, self.config.eval_groups, seed=self.config.seed)
+
+    # --- step selection --------------------------------------------------------------------
+    def nearest_step(self, target: float) -> int:
+        if not self.steps:
+            raise SelectorLensError(f"{self.path} has no checkpoints yet")
+        return min(self.steps, key=lambda s: (abs(s - target), s))
+
+    def phases(self, threshold: float = 0.5) -> dict[str, int]:
+        """Named checkpoints: pre = τ/4 (early plateau), mid = 3τ/4 (late plateau), post = 1.5τ
+        (after the drop; the last checkpoint if the run ended sooner), final = last checkpoint."""
+        t = self.tau(threshold)
+        if t is None:
+            raise SelectorLensError(
+                f"{self.path} never reaches candidate loss < {threshold} log K, so the phases "
+                f"pre/mid/post are undefined; pass --step"
+            )
+        out = {name: self.nearest_step(frac * t) for name, frac in PHASES.items()}
+        return {**out, "final": self.steps[-1]}
+
+    def select_steps(self, step=None, phase=None, every=None, around_tau=None) -> list[int]:
+        """One selection rule: a step, a phase name, every n-th checkpoint, or those within
+        `around_tau` x τ of τ; with none of them, all checkpoints."""
+        if step is not None:
+            self.check_step(step)
+            return [step]
+        if phase is not None:
+            phases = self.phases()
+            if phase not in phases:
+                raise SelectorLensError(f"unknown phase {phase!r}; choose one of {', '.join(phases)}")
+            return [phases[phase]]
+        steps = self.steps
+        if not steps:
+            raise SelectorLensError(f"{self.path} has no checkpoints yet")
+        if every is not None:
+            if every < 1:
+                raise SelectorLensError(f"--every must be >= 1, got {every}")
+            steps = steps[::every]
+        if around_tau is not None:
+            self.phases()  # one clear error when there is no τ
+            t = self.tau()
+            steps = [s for s in steps if abs(s - t) <= around_tau * t]
+        return steps
+
+    def series(self, steps=None) -> "CheckpointSeries":
+        return CheckpointSeries(self, self.steps if steps is None else steps)
+
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
+
+
+PHASES = {"pre": 0.25, "mid": 0.75, "post": 1.5}
+
+
+class CheckpointSeries:
+    """A run's checkpoints as (step, model), loaded lazily and in place into one model."""
+
+    def __init__(self, run: Run, steps):
+        self.run, self.steps = run, list(steps)
+        self._model = None
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @property
+    def model(self):
+        if self._model is None:
+            from .model import build_model
+
+            cfg = self.run.config
+            self._model = build_model(cfg.model, cfg.task, cfg.seed)
+            self._model.eval()
+        return self._model
+
+    def __iter__(self):
+        for step in self.steps:
+            yield step, self.run.model_at(step, self.model)

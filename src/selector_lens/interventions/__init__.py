@@ -1,0 +1,1 @@
+"""Interventions on a HookedTransformer: head ablation and activation patching."""

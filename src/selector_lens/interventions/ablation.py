@@ -1,0 +1,156 @@
+"""Head ablation through `blocks.L.attn.hook_z`: zero, mean, or resample another example's output.
+
+A `HeadAblation` plugs into `metrics.evaluate(..., intervention=...)`, so ablated metrics are
+the same metrics, computed the same way (cached prefix, all K candidates), as the clean ones.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import SelectorLensError
+
+MODES = ("zero", "mean", "resample")
+
+
+def check_heads(model, heads) -> list[tuple[int, int]]:
+    """Validate (layer, head) pairs against the model; one clear error if out of range."""
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    out = []
+    for layer, head in heads:
+        if not 0 <= layer < L:
+            raise SelectorLensError(f"layer {layer} out of range: the model has layers 0..{L - 1}")
+        if not 0 <= head < H:
+            raise SelectorLensError(f"head {head} out of range: the model has heads 0..{H - 1}")
+        out.append((int(layer), int(head)))
+    return out
+
+
+def head_label(layer: int, head: int) -> str:
+    return f"L{layer}H{head}"
+
+
+@dataclass
+class HeadAblation:
+    """Replace the outputs (hook_z) of `heads` in every forward pass of an evaluation.
+
+    `values[(layer, head)]` is None (zero), [seq, d_head] (the mean at each position), or
+    [N, seq, d_head] (resample: row e holds the output of the example that replaces e).
+    """
+
+    heads: list[tuple[int, int]]
+    mode: str
+    values: dict = field(default_factory=dict, repr=False)
+
+    def hooks(self, examples: torch.Tensor, offset: int):
+        by_layer = defaultdict(list)
+        for layer, head in self.heads:
+            by_layer[layer].append(head)
+
+        def make(layer, heads):
+            def hook(z, hook):  # z: [batch, pos, head, d_head]
+                P = z.shape[1]
+                for h in heads:
+                    v = self.values.get((layer, h))
+                    if v is None:
+                        z[:, :, h] = 0.0
+                    elif v.dim() == 2:
+                        z[:, :, h] = v[offset : offset + P].to(z.device)
+                    else:
+                        z[:, :, h] = v[examples, offset : offset + P].to(z.device)
+                return z
+
+            return hook
+
+        return [(f"blocks.{layer}.attn.hook_z", make(layer, hs)) for layer, hs in by_layer.items()]
+
+
+@torch.inference_mode()
+def head_ablation(model, es, heads, mode: str = "mean", seed: int = 0, chunk: int = 1024) -> HeadAblation:
+    """Build the ablation of `heads` for evaluation set `es` (means / resamples from its clean run)."""
+    if mode not in MODES:
+        raise SelectorLensError(f"unknown ablation mode {mode!r}; choose one of {', '.join(MODES)}")
+    heads = check_heads(model, heads)
+    if not heads:
+        raise SelectorLensError("no heads to ablate")
+    abl = HeadAblation(heads, mode)
+    if mode == "zero":
+        return abl
+    names = {f"blocks.{layer}.attn.hook_z" for layer, _ in heads}
+    acts = defaultdict(list)
+    device = next(model.parameters()).device
+    for lo in range(0, len(es.tokens), chunk):
+        _, cache = model.run_with_cache(es.tokens[lo : lo + chunk].to(device), names_filter=lambda n: n in names)
+        for layer, head in heads:
+            acts[(layer, head)].append(cache[f"blocks.{layer}.attn.hook_z"][:, :, head].cpu())
+    n = len(es.tokens)
+    source = resample_sources(n, seed)
+    for key, parts in acts.items():
+        full = torch.cat(parts)  # [N, seq, d_head]
+        abl.values[key] = full.mean(0) if mode == "mean" else full[source]
+    return abl
+
+
+def resample_sources(n: int, seed: int) -> torch.Tensor:
+    """For each example, another example to take activations from (never itself when n > 1)."""
+    if n == 1:
+        return torch.zeros(1, dtype=torch.long)
+    perm = np.random.default_rng(seed).permutation(n)
+    fixed = perm == np.arange(n)
+    perm[fixed] = (perm[fixed] + 1) % n
+    return torch.from_numpy(perm)
+
+
+METRICS = ("loss", "first_target_loss", "candidate_loss", "candidate_acc", "dz")
+
+
+def ablate_heads(run, heads, mode: str = "mean", steps=None, keep_only: bool = False, seed: int = 0):
+    """Clean vs ablated metrics at each step, one row per step (a tidy DataFrame).
+
+    `keep_only=True` ablates every head except `heads` (sufficiency). Clean values come from the
+    run's metrics.jsonl when that step was evaluated there (same evaluation set), else are computed.
+    """
+    import pandas as pd
+
+    from ..metrics import evaluate
+
+    steps = run.steps if steps is None else list(steps)
+    series = run.series(steps)
+    model = series.model
+    heads = check_heads(model, heads)
+    targets = heads
+    if keep_only:
+        keep = set(heads)
+        targets = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads) if (l, h) not in keep]
+    es = run.eval_set()
+    stored = {r["step"]: r for r in run.metric_rows()}
+    rows = []
+    for step, model in series:
+        clean = stored.get(step) or evaluate(model, es)
+        ablated = evaluate(model, es, intervention=head_ablation(model, es, targets, mode, seed))
+        row = {"step": step, "heads": "+".join(head_label(*h) for h in heads), "mode": mode, "keep_only": keep_only}
+        if len(heads) == 1:
+            row["layer"], row["head"] = heads[0]
+        for m in METRICS:
+            c, a = clean.get(m), ablated.get(m)
+            row[f"clean_{m}"], row[f"ablated_{m}"] = c, a
+            row[f"delta_{m}"] = None if c is None or a is None else a - c
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ablate_each_head(run, steps=None, mode: str = "mean", keep_only: bool = False, seed: int = 0):
+    """`ablate_heads` for every head in turn (necessity), or every head alone kept (sufficiency)."""
+    import pandas as pd
+
+    cfg = run.config.model
+    tables = [
+        ablate_heads(run, [(l, h)], mode, steps, keep_only, seed)
+        for l in range(cfg.n_layers)
+        for h in range(cfg.n_heads)
+    ]
+    return pd.concat(tables, ignore_index=True)

@@ -1,0 +1,154 @@
+import dataclasses
+
+import pytest
+import torch
+
+import selector_lens as sl
+from selector_lens.interventions.ablation import head_ablation, resample_sources
+from selector_lens.metrics import make_eval_set
+from tests.conftest import tiny
+
+MCFG = sl.ModelConfig(n_layers=2, n_heads=2, d_model=32, d_head=16, d_mlp=64)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    task = sl.SelectorTask(k=3, n_bases=5)
+    model = sl.build_model(MCFG, task, seed=4)
+    return model, make_eval_set(task.generate())
+
+
+def full_loss_with(model, es, hook):
+    """Oracle: the token loss of a full-sequence forward with a hand-written hook_z edit."""
+    S = es.task.source_length
+    with torch.no_grad():
+        logits = model.run_with_hooks(es.tokens, fwd_hooks=[("blocks.1.attn.hook_z", hook)])
+        lp = logits.log_softmax(-1)[:, S - 1 : -1].gather(-1, es.tokens[:, S:, None])
+    return -lp.mean().item()
+
+
+def test_zero_ablation_equals_zeroing_the_heads_output_weights(setup):
+    model, es = setup
+    ablated = sl.evaluate(model, es, intervention=head_ablation(model, es, [(1, 0)], "zero"))
+    cut = sl.build_model(MCFG, es.task, seed=4)
+    with torch.no_grad():
+        cut.blocks[1].attn.W_O[0].zero_()
+    want = sl.evaluate(cut, es)
+    for key in ("loss", "candidate_loss", "dz", "first_target_loss"):
+        assert ablated[key] == pytest.approx(want[key], abs=1e-5), key
+
+
+def test_zero_ablating_a_head_with_zero_output_weights_changes_nothing(setup):
+    _, es = setup
+    model = sl.build_model(MCFG, es.task, seed=4)
+    with torch.no_grad():
+        model.blocks[0].attn.W_O[1].zero_()
+    clean = sl.evaluate(model, es)
+    ablated = sl.evaluate(model, es, intervention=head_ablation(model, es, [(0, 1)], "zero"))
+    for key in ("loss", "candidate_loss", "dz", "first_target_loss"):
+        assert ablated[key] == pytest.approx(clean[key], abs=1e-6), key
+
+
+def test_mean_and_resample_match_a_hand_written_forward(setup):
+    model, es = setup
+    _, cache = model.run_with_cache(es.tokens)
+    z = cache["blocks.1.attn.hook_z"][:, :, 1]  # [N, seq, d_head]
+
+    def mean_hook(act, hook):
+        act[:, :, 1] = z.mean(0)
+        return act
+
+    src = resample_sources(len(es.tokens), seed=3)
+
+    def resample_hook(act, hook):
+        act[:, :, 1] = z[src]
+        return act
+
+    got_mean = sl.evaluate(model, es, intervention=head_ablation(model, es, [(1, 1)], "mean"))
+    got_res = sl.evaluate(model, es, intervention=head_ablation(model, es, [(1, 1)], "resample", seed=3))
+    assert got_mean["loss"] == pytest.approx(full_loss_with(model, es, mean_hook), abs=1e-5)
+    assert got_res["loss"] == pytest.approx(full_loss_with(model, es, resample_hook), abs=1e-5)
+    assert (src != torch.arange(len(src))).all()
+
+
+def test_mean_ablation_over_a_constant_input_is_a_no_op(setup):
+    model, es = setup
+    one = lambda t: t[:1].repeat(6, *([1] * (t.dim() - 1)))
+    const = dataclasses.replace(es, tokens=one(es.tokens), deranged=None, candidates=one(es.candidates),
+                                correct=one(es.correct), group_pos=torch.zeros(6, dtype=torch.long),
+                                groups=es.groups[:1])
+    clean = sl.evaluate(model, const)
+    ablated = sl.evaluate(model, const, intervention=head_ablation(model, const, [(0, 0), (1, 1)], "mean"))
+    # every forward over the data is unchanged (the candidate loss also scores sequences that
+    # are not in the data, whose head outputs differ from the data's mean by design)
+    for key in ("loss", "first_target_loss", "token_acc"):
+        assert ablated[key] == pytest.approx(clean[key], abs=1e-6), key
+
+
+@pytest.mark.parametrize("heads,words", [([(2, 0)], "layer 2 out of range: the model has layers 0..1"),
+                                         ([(0, 5)], "head 5 out of range: the model has heads 0..1"),
+                                         ([], "no heads")])
+def test_bad_heads(setup, heads, words):
+    model, es = setup
+    with pytest.raises(sl.SelectorLensError, match=words):
+        head_ablation(model, es, heads, "zero")
+    with pytest.raises(sl.SelectorLensError, match="unknown ablation mode"):
+        head_ablation(model, es, [(0, 0)], "shuffle")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return sl.train(tiny(steps=60, early_stop=False), out=tmp_path_factory.mktemp("runs") / "r")
+
+
+def test_ablate_heads_over_a_run(trained):
+    table = sl.ablate_heads(trained, [(0, 1)], mode="zero", steps=[20, 60])
+    assert list(table.step) == [20, 60] and set(table.heads) == {"L0H1"}
+    stored = trained.metrics.set_index("step")
+    for _, row in table.iterrows():
+        assert row.clean_candidate_loss == stored.loc[row.step, "candidate_loss"]
+        assert row.delta_candidate_loss == pytest.approx(row.ablated_candidate_loss - row.clean_candidate_loss)
+    model = trained.model_at(60)
+    es = trained.eval_set()
+    direct = sl.evaluate(model, es, intervention=head_ablation(model, es, [(0, 1)], "zero"))
+    assert table.ablated_loss.iloc[-1] == pytest.approx(direct["loss"], abs=1e-7)
+    keep = sl.ablate_heads(trained, [(0, 1)], mode="zero", steps=[60], keep_only=True)
+    everything_else = head_ablation(model, es, [(0, 0), (1, 0), (1, 1)], "zero")
+    assert keep.ablated_loss.iloc[0] == pytest.approx(sl.evaluate(model, es, intervention=everything_else)["loss"], abs=1e-7)
+
+
+def test_routing_head_and_cascade(trained):
+    found = sl.find_routing_head(trained, step=60)
+    nec = found["necessity"]
+    assert len(nec) == 4 and found["label"] == nec.loc[nec.delta_candidate_loss.idxmax(), "heads"]
+    assert found["best_sufficient_head"] in set(found["sufficiency"].heads)
+    c = sl.cascade(trained, head=found["routing_head"])
+    assert c["routing_head"] == found["label"] and c["tau"] == trained.tau()
+    if c["dz_onset"] is not None:
+        assert c["dz_lead_frac"] == pytest.approx((c["tau"] - c["dz_onset"]) / c["tau"])
+
+
+def test_step_selection(trained):
+    assert trained.select_steps() == [0, 20, 40, 60]
+    assert trained.select_steps(every=2) == [0, 40]
+    assert trained.select_steps(step=40) == [40]
+    with pytest.raises(sl.SelectorLensError, match=r"no checkpoint at step 30 .*nearest: 0, 20, 40"):
+        trained.select_steps(step=30)
+    series = trained.series([20, 40])
+    seen = [(s, id(m)) for s, m in series]
+    assert [s for s, _ in seen] == [20, 40] and seen[0][1] == seen[1][1]  # one model, loaded in place
+
+
+def test_phases_need_a_transition(tmp_path):
+    run = sl.train(tiny(steps=10, lr=1e-5), out=tmp_path / "r")
+    assert run.tau() is None
+    with pytest.raises(sl.SelectorLensError, match="never reaches candidate loss < 0.5 log K"):
+        run.phases()
+
+
+def test_direction_without_z(tmp_path):
+    run = sl.train(tiny(steps=10, task={"direction": "b_to_a"}), out=tmp_path / "r")
+    with pytest.raises(sl.SelectorLensError, match="b_to_a run: it has no z"):
+        sl.attention_to_z(run)
+    with pytest.raises(sl.SelectorLensError, match="no z to route"):
+        sl.find_routing_head(run, step=10)
