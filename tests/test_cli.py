@@ -38,3 +38,54 @@ def test_train_json_summary_then_refuse_to_overwrite(tmp_path):
     assert 0 <= summary["final_candidate_acc"] <= 1
     again = cli("train", *TINY, "--lr", "0.01", "--steps", "20", "--out", str(tmp_path / "r"))
     assert again.returncode == 2 and "holds a different run" in again.stderr
+
+
+def test_cli_module_imports_no_torch():
+    """--help stays instant because nothing heavy loads before a command runs."""
+    code = "import sys; import selector_lens.cli; print('torch' in sys.modules, 'transformer_lens' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "checkpoints" / "r"
+    out = cli("train", *TINY, "--steps", "60", "--lr", "0.003", "--no-early-stop", "--out", str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    return path
+
+
+def test_ablate_head_json_and_alias(tiny_run):
+    alias = [sys.executable, "-c", "from selector_lens.cli import ablate_head_main; ablate_head_main()"]
+    out = subprocess.run([*alias, "--layer", "0", "--head", "1", "--mode", "zero", "--step", "60", "--json"],
+                         capture_output=True, text=True, cwd=tiny_run.parent.parent)  # latest run under checkpoints/
+    assert out.returncode == 0, out.stderr
+    rec = json.loads(out.stdout)
+    assert (rec["step"], rec["layer"], rec["head"], rec["mode"]) == (60, 0, 1, "zero")
+    assert rec["delta"]["loss"] == pytest.approx(rec["ablated"]["loss"] - rec["clean"]["loss"])
+    every = cli("ablate-head", "--run", str(tiny_run), "--all-heads", "--every", "3", "--json")
+    recs = json.loads(every.stdout)
+    assert len(recs) == 3 * 2 and {r["step"] for r in recs} == {0, 30, 60}  # 7 checkpoints, every 3rd
+    bad = cli("ablate-head", "--run", str(tiny_run), "--layer", "0", "--head", "2", "--step", "60")
+    assert bad.returncode == 2 and "head 2 out of range: the model has heads 0..1" in bad.stderr
+    bad = cli("ablate-head", "--run", str(tiny_run), "--layer", "1", "--head", "0", "--step", "60")
+    assert bad.returncode == 2 and "layer 1 out of range: the model has layers 0..0" in bad.stderr
+    bad = cli("ablate-head", "--run", str(tiny_run), "--layer", "0", "--head", "0", "--step", "35")
+    assert bad.returncode == 2 and "no checkpoint at step 35" in bad.stderr
+
+
+def test_attention_patch_cascade_json(tiny_run):
+    att = json.loads(cli("attention", "--run", str(tiny_run), "--json").stdout)
+    assert len(att) == 13 * 1 * 2 and {"step", "layer", "head", "attn_to_z"} <= set(att[0])
+    pat = json.loads(cli("patch", "--run", str(tiny_run), "--site", "resid_pre", "--step", "60", "--json").stdout)
+    assert len(pat) == 1 * 16 and all(r["step"] == 60 for r in pat)
+    casc = cli("cascade", "--run", str(tiny_run), "--json")
+    assert casc.returncode == 0, casc.stderr
+    assert json.loads(casc.stdout)["routing_head"] in {"L0H0", "L0H1"}
+
+
+def test_empty_and_missing_runs(tmp_path):
+    missing = cli("ablate-head", "--run", str(tmp_path / "nope"), "--layer", "0", "--head", "0")
+    assert missing.returncode == 2 and "not a run directory" in missing.stderr
+    none = cli("attention", cwd=tmp_path)
+    assert none.returncode == 2 and "no run found under checkpoints/" in none.stderr

@@ -44,7 +44,7 @@ def train(
     n_bases: int = typer.Option(_T.n_bases, help="Distinct base strings; D = n_bases x K."),
     seed: int = typer.Option(_D.seed, help="Seed of the data and of the model/data order."),
     steps: int = typer.Option(_D.steps, help="Maximum optimizer steps."),
-    out: Optional[Path] = typer.Option(None, help="Run directory [default: checkpoints/<name>]."),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default: checkpoints/<name>)."),
     direction: str = typer.Option(_T.direction, help=f"One of {', '.join(DIRECTIONS)}."),
     z_length: int = typer.Option(_T.z_length, help="Selector length (1..4)."),
     unique_first_char: bool = typer.Option(_T.unique_first_char, help="K targets of a base start differently."),
@@ -109,10 +109,204 @@ def _print_summary(s: dict) -> None:
     Console().print(table)
 
 
+# --- analyses over a run's checkpoints -------------------------------------------------------
+
+RUN_HELP = "Run directory (default: the latest run under checkpoints/)."
+
+
+def _open_run(run: Optional[Path]):
+    from . import runs
+
+    runs.SHOW_PROGRESS = True
+    return runs.Run.open(run) if run is not None else runs.Run.latest()
+
+
+def _steps(run, step, phase, every) -> list[tuple[str, int]]:
+    """(label, step) pairs from the step options; with none: pre, mid, post and final."""
+    chosen = [o for o in (step, phase, every) if o is not None]
+    if len(chosen) > 1:
+        raise SelectorLensError("give at most one of --step, --phase, --every")
+    if chosen:
+        labels = {v: k for k, v in run.phases().items()} if phase is not None else {}
+        return [(labels.get(s), s) for s in run.select_steps(step=step, phase=phase, every=every)]
+    if run.tau() is None:
+        print(f"note: {run.path} never reaches candidate loss < 0.5 log K; reporting the final step only",
+              file=sys.stderr)
+        return [("final", run.steps[-1])] if run.steps else run.select_steps()
+    return list(run.phases().items())
+
+
+def _json(obj) -> None:
+    print(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+
+
+def _table(title: str, columns: list[str], rows: list[list]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c, justify="right")
+    for r in rows:
+        table.add_row(*[("-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)) for v in r])
+    Console().print(table)
+
+
+ABLATE_EPILOG = (
+    "Examples:\n\n  ablate-head --layer 0 --head 3                       # pre, mid, post and final of the latest run\n\n"
+    "  ablate-head --run checkpoints/k10 --layer 0 --head 1 --mode zero --step 2000 --json\n\n"
+    "  ablate-head --run checkpoints/k10 --all-heads --phase post"
+)
+
+
+def ablate_head(
+    layer: Optional[int] = typer.Option(None, help="Layer of the head (0-indexed)."),
+    head: Optional[int] = typer.Option(None, help="Head index (0-indexed)."),
+    all_heads: bool = typer.Option(False, "--all-heads", help="Ablate every head in turn."),
+    keep_only: bool = typer.Option(False, help="Ablate every head except this one (sufficiency)."),
+    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    mode: str = typer.Option("mean", help="zero | mean (dataset mean) | resample (another example's output)."),
+    step: Optional[int] = typer.Option(None, help="One checkpoint step."),
+    phase: Optional[str] = typer.Option(None, help="pre (τ/4) | mid (3τ/4) | post (1.5τ) | final."),
+    every: Optional[int] = typer.Option(None, help="Every n-th checkpoint."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON records."),
+):
+    """Ablate attention heads (through blocks.L.attn.hook_z) and compare with the clean run."""
+    from .interventions.ablation import METRICS, ablate_each_head, ablate_heads
+
+    r = _open_run(run)
+    if all_heads == (layer is not None or head is not None) or (not all_heads and (layer is None or head is None)):
+        raise SelectorLensError("give --layer and --head, or --all-heads")
+    labelled = _steps(r, step, phase, every)
+    steps = [s for _, s in labelled]
+    if all_heads:
+        table = ablate_each_head(r, steps, mode, keep_only)
+    else:
+        table = ablate_heads(r, [(layer, head)], mode, steps, keep_only)
+    label = {s: lab for lab, s in labelled}
+    records = [
+        {"step": int(row.step), "phase": label.get(int(row.step)), "layer": int(row.layer), "head": int(row["head"]),
+         "mode": mode, "keep_only": keep_only,
+         "clean": {m: row[f"clean_{m}"] for m in METRICS},
+         "ablated": {m: row[f"ablated_{m}"] for m in METRICS},
+         "delta": {m: row[f"delta_{m}"] for m in METRICS}}
+        for _, row in table.iterrows()
+    ]
+    if json_out:
+        _json(records[0] if len(records) == 1 else records)
+        return
+    what = "kept alone" if keep_only else f"{mode}-ablated"
+    _table(f"{r.path}: heads {what}",
+           ["step", "phase", "head", "cand. loss", "ablated", "Δ cand.", "Δ loss", "Δz clean", "Δ Δz"],
+           [[x["step"], x["phase"], f"L{x['layer']}H{x['head']}", x["clean"]["candidate_loss"],
+             x["ablated"]["candidate_loss"], x["delta"]["candidate_loss"], x["delta"]["loss"],
+             x["clean"]["dz"], x["delta"]["dz"]] for x in records])
+
+
+app.command("ablate-head", epilog=ABLATE_EPILOG)(ablate_head)
+ablate_app = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
+ablate_app.command(epilog=ABLATE_EPILOG)(ablate_head)
+
+
+@app.command(epilog="Examples:\n\n  selector-lens attention --run checkpoints/k10\n\n"
+             "  selector-lens attention --query target --every 4 --json")
+def attention(
+    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    query: str = typer.Option("a1", help="a1 (the a1-predicting position; stored) | target (all target positions)."),
+    step: Optional[int] = typer.Option(None),
+    every: Optional[int] = typer.Option(None),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """Attention mass onto z per layer and head across checkpoints."""
+    from .attention import attention_to_z
+
+    r = _open_run(run)
+    steps = None if step is None and every is None else r.select_steps(step=step, every=every)
+    df = attention_to_z(r, steps, query)
+    if json_out:
+        _json(df.to_dict(orient="records"))
+        return
+    wide = df.pivot_table(index=["layer", "head"], columns="step", values="attn_to_z")
+    cols = list(wide.columns)
+    if len(cols) > 8:  # the terminal shows 8 steps spread over the run; --json has them all
+        cols = [cols[round(i * (len(cols) - 1) / 7)] for i in range(8)]
+    _table(f"{r.path}: attention to z from {query} (rows: heads, columns: steps)",
+           ["head", *map(str, cols)],
+           [[f"L{l}H{h}", *[float(wide.loc[(l, h), c]) for c in cols]] for l, h in wide.index])
+
+
+@app.command(epilog="Examples:\n\n  selector-lens cascade --run checkpoints/k10\n\n  selector-lens cascade --json")
+def cascade(
+    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    dz_threshold: float = typer.Option(0.1, help="Δz onset: first eval with Δz above this (nats)."),
+    mode: str = typer.Option("mean", help="Ablation mode used to find the routing head."),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """Find the routing head and time the cascade: its attention onset, Δz onset, τ."""
+    from .routing import cascade as run_cascade
+
+    r = _open_run(run)
+    out = run_cascade(r, dz_threshold=dz_threshold, mode=mode)
+    if json_out:
+        _json(out)
+        return
+    routing = out["routing"]
+    _table(f"{r.path}: internal cascade", ["quantity", "value"], [
+        ["routing head", f"{out['routing_head']} (Δ cand. loss {routing['delta_candidate_loss']:+.2f} at step {routing['step']})"],
+        ["top attention-to-z head there", routing["top_attention_head"]],
+        ["attention onset (step)", out["attn_onset"]],
+        [f"Δz > {dz_threshold} onset (step)", out["dz_onset"]],
+        ["τ (cand. loss < 0.5 log K)", out["tau"]],
+        ["attention lead / τ", out["attn_lead_frac"]],
+        ["Δz lead / τ", out["dz_lead_frac"]],
+    ])
+
+
+@app.command(epilog="Examples:\n\n  selector-lens patch --run checkpoints/k10 --site resid_pre --step 2000\n\n"
+             "  selector-lens patch --site z --every 5 --json")
+def patch(
+    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    site: str = typer.Option("resid_pre", help="resid_pre | resid_mid | resid_post | attn_out | mlp_out | z."),
+    step: Optional[int] = typer.Option(None),
+    phase: Optional[str] = typer.Option(None),
+    every: Optional[int] = typer.Option(None),
+    examples: int = typer.Option(200, help="Examples in the patching batch (seeded)."),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """Patch clean activations into a z-corrupted run: which layer and position carry z."""
+    from .interventions.patching import patch_series
+
+    r = _open_run(run)
+    steps = [s for _, s in _steps(r, step, phase, every)]
+    df = patch_series(r, site, steps, n_examples=examples)
+    if json_out:
+        _json(df.to_dict(orient="records"))
+        return
+    z0 = r.config.task.z_positions[0]  # earlier positions cannot see z (causal): always 0
+    for s, part in df[df.pos >= z0].groupby("step"):
+        keys = ["layer", "head"] if site == "z" else ["layer"]
+        wide = part.pivot_table(index=keys, columns="pos", values="value")
+        first = part.iloc[0]
+        _table(f"step {s}: {site}, normalised logit difference (clean {first.clean_logit_diff:.2f}, "
+               f"corrupt {first.corrupt_logit_diff:.2f}); columns: positions from z on",
+               ["", *map(str, wide.columns)],
+               [["L{}".format(i) if site != "z" else "L{}H{}".format(*i), *(f"{v:.2f}" for v in wide.loc[i])]
+                for i in wide.index])
+
+
+def ablate_head_main() -> None:
+    """The `ablate-head` console script: the same command as `selector-lens ablate-head`."""
+    _run_guarded(ablate_app)
+
+
 def main() -> None:
     """Console-script entry: bad input becomes one line on stderr and exit code 2."""
+    _run_guarded(app)
+
+
+def _run_guarded(typer_app) -> None:
     try:
-        app()
+        typer_app()
     except SelectorLensError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

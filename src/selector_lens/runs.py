@@ -228,5 +228,14 @@ class CheckpointSeries:
         return self._model
 
     def __iter__(self):
-        for step in self.steps:
+        steps = self.steps
+        if SHOW_PROGRESS and len(steps) > 1:
+            from rich.console import Console
+            from rich.progress import track
+
+            steps = track(steps, description="checkpoints", console=Console(stderr=True), transient=True)
+        for step in steps:
             yield step, self.run.model_at(step, self.model)
+
+
+SHOW_PROGRESS = False  # the CLI turns this on: a progress bar (on stderr) over checkpoints
