@@ -152,3 +152,22 @@ def test_direction_without_z(tmp_path):
         sl.attention_to_z(run)
     with pytest.raises(sl.SelectorLensError, match="no z to route"):
         sl.find_routing_head(run, step=10)
+
+
+def test_attention_to_z_from_checkpoints_equals_the_stored_metrics(trained):
+    stored = sl.attention_to_z(trained)
+    computed = sl.attention_to_z(trained, steps=[20, 60], query="a1")
+    merged = computed.merge(stored, on=["step", "layer", "head"], suffixes=("", "_stored"))
+    assert len(merged) == 2 * 2 * 2
+    assert (merged.attn_to_z - merged.attn_to_z_stored).abs().max() < 1e-6
+    target = sl.attention_to_z(trained, steps=[60], query="target")
+    assert ((target.entropy >= 0) & (target.entropy <= torch.log(torch.tensor(16.0)).item())).all()
+    pats = sl.attention_patterns(trained.model_at(60), trained.task_data.tokens[:3])
+    assert pats.shape == (2, 2, 16, 16)
+    assert torch.allclose(pats.sum(-1), torch.ones(2, 2, 16), atol=1e-5) and pats.triu(1).abs().max() == 0
+
+
+def test_around_tau_selection(trained):
+    assert trained.tau() == 50  # this seed's tiny run crosses 0.5 log K at the step-50 eval
+    assert trained.select_steps(around_tau=0.5) == [40, 60]  # checkpoints within [25, 75]
+    assert trained.phases() == {"pre": 20, "mid": 40, "post": 60, "final": 60}  # nearest to 12.5, 37.5, 75
