@@ -89,3 +89,12 @@ def test_empty_and_missing_runs(tmp_path):
     assert missing.returncode == 2 and "not a run directory" in missing.stderr
     none = cli("attention", cwd=tmp_path)
     assert none.returncode == 2 and "no run found under checkpoints/" in none.stderr
+
+
+def test_dashboard_command(tiny_run, tmp_path):
+    out = cli("dashboard", "--run", str(tiny_run), "-o", str(tmp_path / "d.html"), "--no-ablation",
+              "--patch-steps", "0", "--explorer-steps", "2")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "d.html").stat().st_size > 1e6 and "wrote" in out.stdout
+    bad = cli("dashboard", "--run", str(tiny_run), "-o", str(tmp_path / "e.html"), "--example", "999")
+    assert bad.returncode == 2 and "example 999 out of range" in bad.stderr

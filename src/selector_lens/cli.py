@@ -294,6 +294,33 @@ def patch(
                 for i in wide.index])
 
 
+@app.command(epilog="Examples:\n\n  selector-lens dashboard -o k10.html\n\n"
+             "  selector-lens dashboard --run checkpoints/k10 -o k10.html --no-ablation --open")
+def dashboard(
+    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    output: Path = typer.Option(Path("dashboard.html"), "-o", "--output", help="HTML file to write."),
+    ablation: bool = typer.Option(True, help="Ablate every head at pre/mid/post (the slowest part)."),
+    patch_steps: int = typer.Option(8, help="Checkpoints in the patching slider (0: no patching)."),
+    example: int = typer.Option(0, help="Example shown in the attention explorer."),
+    explorer_steps: int = typer.Option(12, help="Checkpoints in the attention explorer's slider."),
+    open_browser: bool = typer.Option(False, "--open", help="Open the file in a browser."),
+):
+    """One self-contained HTML page telling a run's story (works offline, from disk)."""
+    import time
+
+    from .viz.dashboard import run_dashboard
+
+    r = _open_run(run)
+    t = time.perf_counter()
+    path = run_dashboard(r, output, ablation=ablation, patch_steps=patch_steps, example=example,
+                         explorer_steps=explorer_steps)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t:.0f} s")
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())
+
+
 def ablate_head_main() -> None:
     """The `ablate-head` console script: the same command as `selector-lens ablate-head`."""
     _run_guarded(ablate_app)

@@ -20,8 +20,7 @@ def find_routing_head(run, step: int | None = None, mode: str = "mean", sufficie
         step = run.phases()["post"]
     run.check_step(step)
     necessity = ablate_each_head(run, [step], mode)
-    best = necessity.loc[necessity.delta_candidate_loss.idxmax()]
-    head = (int(best["layer"]), int(best["head"]))
+    head, best = most_necessary_head(necessity)
     attn = np.array(_stored_row(run, step)["attn_to_z"])
     top_attn = tuple(int(i) for i in np.unravel_index(attn.argmax(), attn.shape))
     out = {
@@ -42,6 +41,12 @@ def find_routing_head(run, step: int | None = None, mode: str = "mean", sufficie
         out["best_sufficient_head"] = head_label(int(alone["layer"]), int(alone["head"]))
         out["best_sufficient_candidate_loss"] = float(alone.ablated_candidate_loss)
     return out
+
+
+def most_necessary_head(necessity):
+    """(layer, head) and row of the largest candidate-loss increase in an `ablate_each_head` table."""
+    best = necessity.loc[necessity.delta_candidate_loss.idxmax()]
+    return (int(best["layer"]), int(best["head"])), best
 
 
 def _stored_row(run, step: int) -> dict:

@@ -1,0 +1,21 @@
+"""Plotly figures from the analysis tables, and the self-contained HTML dashboards."""
+
+from .figures import (
+    ablation_heatmaps,
+    attention_explorer,
+    attention_heatmap,
+    dz_curve,
+    group_transition,
+    loss_curves,
+    patching_heatmap,
+)
+
+__all__ = [
+    "loss_curves",
+    "dz_curve",
+    "attention_heatmap",
+    "group_transition",
+    "ablation_heatmaps",
+    "patching_heatmap",
+    "attention_explorer",
+]

@@ -1,0 +1,170 @@
+"""One plotly Figure per analysis table. Each function takes the tidy DataFrame an analysis
+returns (or the run's metrics) and reshapes nothing silently: what is plotted is the table.
+
+Only what would not be visible is thinned: heatmaps over steps keep at most `max_steps`
+evenly spaced columns (the first and last always kept).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+DZ_FLOOR = 1e-4  # Δz is drawn on a log axis: values below this (or negative) sit at the floor
+
+
+def thin(steps, max_steps: int):
+    """At most `max_steps` evenly spaced entries of the sorted `steps`, first and last kept."""
+    steps = sorted(steps)
+    if len(steps) <= max_steps:
+        return steps
+    idx = np.unique(np.linspace(0, len(steps) - 1, max_steps).round().astype(int))
+    return [steps[i] for i in idx]
+
+
+def loss_curves(metrics, log_k: float, tau: int | None = None) -> go.Figure:
+    """Loss, first-target loss and candidate loss against step, with log K, log 36 and τ."""
+    fig = go.Figure()
+    for col, name in (("loss", "loss (A tokens + EOS)"), ("first_target_loss", "first-target loss"),
+                      ("candidate_loss", "candidate loss")):
+        if col in metrics and metrics[col].notna().any():
+            fig.add_scatter(x=metrics.step, y=metrics[col], name=name, mode="lines")
+    if log_k > 0:
+        fig.add_hline(y=log_k, line_dash="dash", line_color="gray", annotation_text="log K")
+    fig.add_hline(y=math.log(36), line_dash="dot", line_color="gray", annotation_text="log 36 (unigram)")
+    if tau is not None:
+        fig.add_vline(x=tau, line_color="crimson", annotation_text=f"τ = {tau}")
+    fig.update_layout(title="Losses (nats)", xaxis_title="step", yaxis_title="nats")
+    return fig
+
+
+def dz_curve(metrics, tau: int | None = None) -> go.Figure:
+    """The z-shuffle gap Δz on a log axis (values below 1e-4 drawn at 1e-4)."""
+    fig = go.Figure()
+    fig.add_scatter(x=metrics.step, y=np.maximum(metrics.dz.astype(float), DZ_FLOOR), name="Δz", mode="lines")
+    if tau is not None:
+        fig.add_vline(x=tau, line_color="crimson", annotation_text=f"τ = {tau}")
+    fig.update_layout(title=f"z-shuffle gap Δz (nats, log scale; floor {DZ_FLOOR:g})", xaxis_title="step",
+                      yaxis_type="log", yaxis_title="Δz")
+    return fig
+
+
+def head_labels(n_layers: int, n_heads: int) -> list[str]:
+    return [f"L{l}H{h}" for l in range(n_layers) for h in range(n_heads)]
+
+
+def attention_heatmap(attn, routing_head: str | None = None, max_steps: int = 400) -> go.Figure:
+    """Attention to z as a head x step heatmap (table from `attention_to_z`); routing head boxed."""
+    steps = thin(attn.step.unique(), max_steps)
+    table = attn[attn.step.isin(steps)]
+    wide = table.pivot_table(index=["layer", "head"], columns="step", values="attn_to_z")
+    labels = [f"L{l}H{h}" for l, h in wide.index]
+    fig = go.Figure(go.Heatmap(z=wide.values, x=list(wide.columns), y=labels, colorscale="Viridis",
+                               zmin=0, zmax=1, colorbar_title="mass on z",
+                               hovertemplate="%{y} step %{x}: %{z:.3f}<extra></extra>"))
+    if routing_head in labels:
+        i = labels.index(routing_head)
+        fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=i - 0.5, y1=i + 0.5, line=dict(color="red", width=2))
+        fig.add_annotation(xref="paper", x=1.0, y=i, text=f"routing head {routing_head}", showarrow=False,
+                           xanchor="left", font=dict(color="red"))
+    fig.update_layout(title="Attention from the a1-predicting position onto z", xaxis_title="step",
+                      yaxis=dict(autorange="reversed"))
+    return fig
+
+
+def group_crossing_steps(steps, group_acc: np.ndarray, level: float = 0.5) -> np.ndarray:
+    """Per group, the first step with accuracy > `level` (inf if never). group_acc: [steps, groups]."""
+    above = group_acc > level
+    first = np.where(above.any(0), above.argmax(0), -1)
+    steps = np.asarray(steps, dtype=float)
+    return np.where(first >= 0, steps[np.maximum(first, 0)], np.inf)
+
+
+def group_transition(metrics, k: int, max_steps: int = 400) -> go.Figure:
+    """Per-group candidate accuracy, groups sorted by the step they cross 50%: a vertical front
+    means the groups switch together; a diagonal, one by one."""
+    rows = metrics[metrics.group_correct.notna()]
+    steps = thin(rows.step.tolist(), max_steps)
+    rows = rows[rows.step.isin(steps)]
+    acc = np.array(rows.group_correct.tolist(), dtype=float) / k  # [steps, groups]
+    crossing = group_crossing_steps(rows.step.tolist(), acc)
+    order = np.argsort(crossing, kind="stable")
+    fig = go.Figure(go.Heatmap(z=acc[:, order].T, x=rows.step.tolist(), y=list(range(len(order))),
+                               colorscale="Blues", zmin=0, zmax=1, colorbar_title="accuracy",
+                               hovertemplate="group rank %{y}, step %{x}: %{z:.2f}<extra></extra>"))
+    fig.update_layout(title="Per-group candidate accuracy (groups sorted by the step they pass 50%)",
+                      xaxis_title="step", yaxis_title="group (sorted)")
+    return fig
+
+
+def ablation_heatmaps(table, phases: dict[str, int], metric: str = "delta_candidate_loss") -> go.Figure:
+    """Layer x head heatmaps of an ablation effect (table from `ablate_each_head`), one per phase."""
+    names = [n for n, s in phases.items() if s in set(table.step)]
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=[f"{n} (step {phases[n]})" for n in names],
+                        shared_yaxes=True)
+    vmax = float(np.nanmax(np.abs(table[metric].astype(float)))) or 1.0
+    for j, name in enumerate(names):
+        part = table[table.step == phases[name]]
+        wide = part.pivot_table(index="layer", columns="head", values=metric)
+        fig.add_trace(go.Heatmap(z=wide.values, x=[f"H{h}" for h in wide.columns], y=[f"L{l}" for l in wide.index],
+                                 colorscale="RdBu_r", zmid=0, zmin=-vmax, zmax=vmax, showscale=j == len(names) - 1,
+                                 hovertemplate="%{y}%{x}: %{z:+.3f}<extra></extra>", name=name), 1, j + 1)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title=f"Head ablation: {metric.replace('_', ' ')} (nats)")
+    return fig
+
+
+def _slider(n_frames: int, per_frame: int, labels, prefix: str) -> list[dict]:
+    """A slider showing one frame (a block of `per_frame` traces) at a time."""
+    steps = []
+    for i, label in enumerate(labels):
+        visible = [False] * (n_frames * per_frame)
+        visible[i * per_frame : (i + 1) * per_frame] = [True] * per_frame
+        steps.append(dict(method="update", args=[{"visible": visible}], label=str(label)))
+    return [dict(active=n_frames - 1, steps=steps, currentvalue=dict(prefix=prefix))]
+
+
+def patching_heatmap(table, token_labels: list[str] | None = None) -> go.Figure:
+    """Layer x position heatmap of a patching table (from `patch_series`), a slider over steps."""
+    steps = sorted(table.step.unique())
+    fig = go.Figure()
+    for i, step in enumerate(steps):
+        part = table[table.step == step]
+        wide = part.pivot_table(index="layer", columns="pos", values="value")
+        x = [f"{p}:{token_labels[p]}" if token_labels else str(p) for p in wide.columns]  # unique categories
+        fig.add_trace(go.Heatmap(z=wide.values, x=x, y=[f"L{l}" for l in wide.index], visible=i == len(steps) - 1,
+                                 colorscale="RdBu_r", zmid=0, zmin=-1, zmax=1, name=f"step {step}",
+                                 hovertemplate="%{y} %{x}: %{z:.3f}<extra></extra>"))
+    site = table.site.iloc[0] if len(table) else ""
+    fig.update_layout(title=f"Activation patching ({site}): clean into z-corrupted, normalised logit difference",
+                      xaxis_title="position", yaxis=dict(autorange="reversed"),
+                      sliders=_slider(len(steps), 1, steps, "step "))
+    return fig
+
+
+def attention_explorer(patterns: dict[int, np.ndarray], token_labels: list[str]) -> go.Figure:
+    """Every layer's and head's attention pattern for one example; a slider over checkpoints.
+
+    patterns: step -> [n_layers, n_heads, query, key] array. Axis labels are `i:token` so that
+    repeated tokens (two SEPs) stay distinct positions.
+    """
+    steps = sorted(patterns)
+    L, H = patterns[steps[0]].shape[:2]
+    labels = [f"{i}:{t}" for i, t in enumerate(token_labels)]
+    fig = make_subplots(rows=L, cols=H, subplot_titles=head_labels(L, H), horizontal_spacing=0.03,
+                        vertical_spacing=0.06)
+    for i, step in enumerate(steps):
+        for l in range(L):
+            for h in range(H):
+                fig.add_trace(go.Heatmap(z=np.round(patterns[step][l, h], 3), x=labels, y=labels, zmin=0, zmax=1,
+                                         colorscale="Viridis", showscale=False, visible=i == len(steps) - 1,
+                                         hovertemplate="query %{y} → key %{x}: %{z:.3f}<extra>" + f"L{l}H{h}</extra>"),
+                              l + 1, h + 1)
+    fig.update_yaxes(autorange="reversed", showticklabels=False)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_layout(title="Attention patterns (rows: query, columns: key; hover for tokens)",
+                      height=220 * L + 120, sliders=_slider(len(steps), L * H, steps, "step "))
+    return fig

@@ -1,0 +1,150 @@
+import io
+import re
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import selector_lens as sl
+from selector_lens import viz
+from selector_lens.viz.dashboard import run_dashboard
+from selector_lens.viz.figures import DZ_FLOOR, group_crossing_steps, thin
+from tests.conftest import tiny
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return sl.train(tiny(steps=60, early_stop=False), out=tmp_path_factory.mktemp("viz") / "r")
+
+
+def test_thin_keeps_ends_and_bounds():
+    assert thin(range(10), 20) == list(range(10))
+    kept = thin(range(0, 1000, 10), 7)
+    assert kept[0] == 0 and kept[-1] == 990 and len(kept) == 7
+
+
+def test_line_figures_carry_the_metrics(run):
+    m = run.metrics
+    fig = viz.loss_curves(m, run.config.task.log_k, run.tau())
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name["candidate loss"].y) == list(m.candidate_loss)
+    assert list(by_name["first-target loss"].x) == list(m.step)
+    dz = viz.dz_curve(m).data[0]
+    assert np.allclose(dz.y, np.maximum(m.dz, DZ_FLOOR))
+
+
+def test_attention_heatmap_equals_the_table(run):
+    table = sl.attention_to_z(run)
+    fig = viz.attention_heatmap(table, routing_head="L0H1")
+    hm = fig.data[0]
+    for (i, label) in enumerate(hm.y):
+        layer, head = int(label[1]), int(label[3])
+        for j, step in enumerate(hm.x):
+            want = table[(table.step == step) & (table.layer == layer) & (table["head"] == head)].attn_to_z.item()
+            assert hm.z[i][j] == pytest.approx(want)
+    assert fig.layout.shapes[0].y0 == list(hm.y).index("L0H1") - 0.5
+
+
+def test_group_transition_is_the_sorted_group_accuracy(run):
+    m = run.metrics
+    fig = viz.group_transition(m, k=3)
+    z = np.array(fig.data[0].z)  # [groups (sorted), steps]
+    acc = np.array(m.group_correct.tolist()) / 3  # [steps, groups]
+    assert sorted(map(tuple, z.round(6))) == sorted(map(tuple, acc.T.round(6)))  # same rows, reordered
+    crossing = group_crossing_steps(m.step.tolist(), acc)
+    assert list(np.sort(crossing)) == list(group_crossing_steps(m.step.tolist(), z.T))
+    assert group_crossing_steps([0, 10, 20], np.array([[0, 0], [1, 0], [1, 0.4]])).tolist() == [10, np.inf]
+
+
+def test_ablation_and_patching_heatmaps_equal_their_tables(run):
+    table = sl.ablate_each_head(run, [20, 60], mode="zero")
+    fig = viz.ablation_heatmaps(table, {"pre": 20, "post": 60})
+    for trace, step in zip(fig.data, (20, 60)):
+        for i, layer in enumerate(trace.y):
+            for j, head in enumerate(trace.x):
+                row = table[(table.step == step) & (table.layer == int(layer[1:])) & (table["head"] == int(head[1:]))]
+                assert trace.z[i][j] == pytest.approx(row.delta_candidate_loss.item())
+    patch = sl.patch_series(run, "resid_pre", [20, 60], n_examples=12)
+    fig = viz.patching_heatmap(patch, ["t"] * 16)
+    assert len(fig.data) == 2 and len(fig.layout.sliders[0].steps) == 2
+    last = patch[patch.step == 60].pivot_table(index="layer", columns="pos", values="value").values
+    assert np.allclose(np.array(fig.data[1].z), last) and fig.data[1].visible and not fig.data[0].visible
+    assert len(set(fig.data[0].x)) == 16  # repeated tokens stay distinct positions
+
+
+def test_attention_explorer_traces(run):
+    pats = {s: sl.attention_patterns(m, run.task_data.tokens[:1]).numpy() for s, m in run.series([0, 60])}
+    fig = viz.attention_explorer(pats, ["x"] * 16)
+    assert len(fig.data) == 2 * 2 * 2  # steps x layers x heads
+    assert np.allclose(np.array(fig.data[-1].z), pats[60][1, 1].round(3))
+
+
+# --- the dashboard, in a real browser -----------------------------------------------------
+
+
+def render(path):
+    """Load `path` from file:// in headless Chromium: console errors, requests, figures, screenshot."""
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} missing: .ci/run installs the Debian package chromium")
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        errors, requests = [], []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("request", lambda req: requests.append(req.url))
+        page.goto(path.resolve().as_uri())
+        page.wait_for_function("document.querySelectorAll('div.fig').length > 0")
+        page.wait_for_timeout(500)
+        figs = page.locator("div.fig").count()
+        rendered = page.evaluate(
+            "Array.from(document.querySelectorAll('div.fig')).filter("
+            "d => d.querySelector('svg.main-svg') && d.querySelector('.plot-container').offsetHeight > 100).length")
+        shot = page.screenshot(full_page=True)
+        browser.close()
+    return errors, requests, figs, rendered, shot
+
+
+def test_dashboard_renders_offline_in_chromium(run, tmp_path):
+    from PIL import Image
+
+    path = run_dashboard(run, tmp_path / "d.html", patch_steps=3, explorer_steps=3)
+    assert path.stat().st_size < 20e6
+    html = path.read_text()
+    assert re.search(r"<script[^>]*\bsrc\s*=", html) is None  # nothing loaded from elsewhere
+    assert html.count("plotly.js v") == 1  # embedded once, no script loaded from elsewhere
+    info = json.loads(html.split("id='run-info'>")[1].split("</script>")[0])
+    assert info["tau"] == run.tau() and info["routing_head"] is not None
+    errors, requests, figs, rendered, shot = render(path)
+    assert errors == []
+    assert all(u.startswith("file://") for u in requests), requests  # no network request
+    assert figs == 7 and rendered == figs  # loss, Δz, attention, groups, ablation, patching, explorer
+    colors = Image.open(io.BytesIO(shot)).convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colors is None or len(colors) > 100  # not blank
+
+
+def test_dashboard_of_a_run_still_training_and_of_an_empty_run(run, tmp_path):
+    live = tmp_path / "live"
+    shutil.copytree(run.path, live)
+    info = json.loads((live / "run.json").read_text())
+    info["status"] = "running"
+    (live / "run.json").write_text(json.dumps(info))
+    lines = (live / "metrics.jsonl").read_text().splitlines()[:3]  # killed at step 20
+    (live / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    for p in (live / "ckpt").glob("step_00006*"):
+        p.unlink()
+    html = run_dashboard(sl.Run.open(live), tmp_path / "live.html", patch_steps=2, explorer_steps=2).read_text()
+    assert "still training" in html and "no transition (yet)" in html and "Left out: head ablation" in html
+    (live / "metrics.jsonl").write_text("")
+    with pytest.raises(sl.SelectorLensError, match="has no metrics yet"):
+        run_dashboard(sl.Run.open(live), tmp_path / "empty.html")
