@@ -298,6 +298,7 @@ def patch(
              "  selector-lens dashboard --run checkpoints/k10 -o k10.html --no-ablation --open")
 def dashboard(
     run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    sweep: Optional[Path] = typer.Option(None, help="A folder of runs: τ vs D and τ vs K instead."),
     output: Path = typer.Option(Path("dashboard.html"), "-o", "--output", help="HTML file to write."),
     ablation: bool = typer.Option(True, help="Ablate every head at pre/mid/post (the slowest part)."),
     patch_steps: int = typer.Option(8, help="Checkpoints in the patching slider (0: no patching)."),
@@ -308,12 +309,14 @@ def dashboard(
     """One self-contained HTML page telling a run's story (works offline, from disk)."""
     import time
 
-    from .viz.dashboard import run_dashboard
+    from .viz.dashboard import run_dashboard, sweep_dashboard
 
-    r = _open_run(run)
     t = time.perf_counter()
-    path = run_dashboard(r, output, ablation=ablation, patch_steps=patch_steps, example=example,
-                         explorer_steps=explorer_steps)
+    if sweep is not None:
+        path = sweep_dashboard(sweep, output)
+    else:
+        path = run_dashboard(_open_run(run), output, ablation=ablation, patch_steps=patch_steps,
+                             example=example, explorer_steps=explorer_steps)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t:.0f} s")
     if open_browser:
         import webbrowser

@@ -207,6 +207,26 @@ class Run:
 PHASES = {"pre": 0.25, "mid": 0.75, "post": 1.5}
 
 
+def run_table(root, threshold: float = 0.5):
+    """One row per run directory under `root` (a sweep): its settings, τ and plateau height."""
+    import pandas as pd
+
+    from .transition import summarize
+
+    rows = []
+    for info_path in sorted(Path(root).glob("**/run.json")):
+        run = Run.open(info_path.parent)
+        cfg, t = run.config, run.config.task
+        s = summarize(run.metric_rows(), t.log_k, threshold)
+        rows.append({"run": str(run.path), "k": t.k, "n_bases": t.n_bases, "D": t.n_examples,
+                     "direction": t.direction, "z_length": t.z_length, "lr": cfg.lr,
+                     "batch_size": cfg.batch_size, "seed": cfg.seed, "status": run.status,
+                     "tau": s["tau"], "plateau_over_log_k": s["plateau_over_log_k"], "final_step": s["final_step"]})
+    if not rows:
+        raise SelectorLensError(f"no run found under {root}/")
+    return pd.DataFrame(rows)
+
+
 class CheckpointSeries:
     """A run's checkpoints as (step, model), loaded lazily and in place into one model."""
 

@@ -54,3 +54,35 @@ def summarize(rows: list[dict], log_k: float, threshold: float = 0.5) -> dict:
         "final_candidate_acc": last.get("candidate_acc"),
         "final_dz": last.get("dz"),
     }
+
+
+def power_law_fit(x, y, n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> dict:
+    """Least-squares fit of log y = log C + α log x, with a bootstrap CI on α (resampling points).
+
+    Returns α, C, R² (in log space), the CI, and the bootstrap draws of (α, log C) so a figure can
+    draw the band. Needs at least two distinct x; the CI needs three points.
+    """
+    from .errors import SelectorLensError
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) != len(y) or len(x) < 2 or len(np.unique(x)) < 2:
+        raise SelectorLensError(f"a power-law fit needs at least two points with distinct x (got {len(x)})")
+    if (x <= 0).any() or (y <= 0).any():
+        raise SelectorLensError("a power-law fit needs positive x and y")
+    lx, ly = np.log(x), np.log(y)
+    alpha, logc = np.polyfit(lx, ly, 1)
+    resid = ly - (alpha * lx + logc)
+    ss_tot = ((ly - ly.mean()) ** 2).sum()
+    r2 = 1 - (resid**2).sum() / ss_tot if ss_tot > 0 else 1.0
+    draws = []
+    if len(x) >= 3:
+        rng = np.random.default_rng(seed)
+        for _ in range(n_boot):
+            idx = rng.integers(0, len(x), len(x))
+            if len(np.unique(lx[idx])) < 2:
+                continue
+            draws.append(np.polyfit(lx[idx], ly[idx], 1))
+    draws = np.array(draws).reshape(-1, 2)
+    lo, hi = (np.quantile(draws[:, 0], [(1 - ci) / 2, (1 + ci) / 2]) if len(draws) else (math.nan, math.nan))
+    return {"alpha": float(alpha), "C": float(np.exp(logc)), "r2": float(r2), "ci": ci,
+            "alpha_ci": (float(lo), float(hi)), "n": int(len(x)), "draws": draws}

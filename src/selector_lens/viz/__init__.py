@@ -8,6 +8,8 @@ from .figures import (
     group_transition,
     loss_curves,
     patching_heatmap,
+    tau_vs_d,
+    tau_vs_k,
 )
 
 __all__ = [
@@ -18,4 +20,6 @@ __all__ = [
     "ablation_heatmaps",
     "patching_heatmap",
     "attention_explorer",
+    "tau_vs_d",
+    "tau_vs_k",
 ]

@@ -107,3 +107,26 @@ def run_dashboard(run, out, ablation: bool = True, patch_steps: int = 8, example
         blocks.append("<p class='note'>Left out: " + "; ".join(html.escape(n) for n in notes) + "</p>")
     blocks.append(f"<script type='application/json' id='run-info'>{json.dumps({'run': str(run.path), 'tau': tau, 'routing_head': routing})}</script>")
     return write_html(out, f"selector-lens: {run.path.name}", blocks)
+
+
+def sweep_dashboard(root, out) -> Path:
+    """τ against D (log-log, fitted power law with its bootstrap band) and τ against K at fixed
+    D, for every run under `root`; runs that never transitioned are listed, not fitted."""
+    from ..runs import run_table
+    from ..transition import power_law_fit
+
+    table = run_table(root)
+    done = table[table.tau.notna()]
+    blocks = []
+    fit = None
+    if done.D.nunique() >= 2:
+        fit = power_law_fit(done.D, done.tau)
+    else:
+        blocks.append("<p class='note'>No fit: fewer than two dataset sizes D with a transition.</p>")
+    blocks.append(figures.tau_vs_d(table, fit))
+    if (done.groupby("D").k.nunique() >= 2).any():
+        blocks.append(figures.tau_vs_k(table))
+    cols = ["run", "k", "n_bases", "D", "direction", "lr", "batch_size", "seed", "status", "tau", "plateau_over_log_k"]
+    shown = table[cols].astype(object).where(table[cols].notna(), "no transition")
+    blocks.append("<h2>Runs</h2>" + shown.to_html(index=False, float_format=lambda v: f"{v:.3g}"))
+    return write_html(out, f"selector-lens sweep: {Path(root).name}", blocks)

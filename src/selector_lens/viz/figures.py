@@ -168,3 +168,39 @@ def attention_explorer(patterns: dict[int, np.ndarray], token_labels: list[str])
     fig.update_layout(title="Attention patterns (rows: query, columns: key; hover for tokens)",
                       height=220 * L + 120, sliders=_slider(len(steps), L * H, steps, "step "))
     return fig
+
+
+def tau_vs_d(table, fit: dict | None = None) -> go.Figure:
+    """τ against D on log-log axes (table from `run_table`), with the power-law fit and its band."""
+    done = table[table.tau.notna()]
+    fig = go.Figure()
+    for k, part in done.groupby("k"):
+        fig.add_scatter(x=part.D, y=part.tau, mode="markers", name=f"K={k}",
+                        hovertemplate="D=%{x}, τ=%{y}<extra>" + f"K={k}</extra>")
+    title = "Waiting time τ against dataset size D"
+    if fit is not None:
+        grid = np.geomspace(done.D.min(), done.D.max(), 50)
+        if len(fit["draws"]):
+            preds = np.exp(fit["draws"][:, 1:2] + fit["draws"][:, 0:1] * np.log(grid))
+            lo, hi = np.quantile(preds, [(1 - fit["ci"]) / 2, (1 + fit["ci"]) / 2], axis=0)
+            fig.add_scatter(x=np.r_[grid, grid[::-1]], y=np.r_[hi, lo[::-1]], fill="toself", mode="none",
+                            fillcolor="rgba(200,30,30,0.15)", name=f"{fit['ci']:.0%} band", hoverinfo="skip")
+        fig.add_scatter(x=grid, y=fit["C"] * grid ** fit["alpha"], mode="lines", line_color="crimson",
+                        name=f"τ = {fit['C']:.3g} D^{fit['alpha']:.2f}")
+        lo_a, hi_a = fit["alpha_ci"]
+        title += f": α = {fit['alpha']:.2f} [{lo_a:.2f}, {hi_a:.2f}], R² = {fit['r2']:.3f} (paper: 1.19 [1.14, 1.31])"
+    fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title="D = n_bases × K",
+                      yaxis_title="τ (steps)")
+    return fig
+
+
+def tau_vs_k(table) -> go.Figure:
+    """τ against K at each fixed D that has at least two K (the paper: flat)."""
+    done = table[table.tau.notna()]
+    fig = go.Figure()
+    for d, part in done.groupby("D"):
+        if part.k.nunique() >= 2:
+            part = part.sort_values("k")
+            fig.add_scatter(x=part.k, y=part.tau, mode="lines+markers", name=f"D={d}")
+    fig.update_layout(title="τ against K at fixed D", xaxis_title="K", yaxis_title="τ (steps)")
+    return fig
