@@ -217,11 +217,15 @@ def run_table(root, threshold: float = 0.5):
     for info_path in sorted(Path(root).glob("**/run.json")):
         run = Run.open(info_path.parent)
         cfg, t = run.config, run.config.task
-        s = summarize(run.metric_rows(), t.log_k, threshold)
+        evals = run.metric_rows()
+        s = summarize(evals, t.log_k, threshold)
+        seen = {r["step"]: r["examples_seen"] for r in evals}
+        err = run.path / "error.json"
         rows.append({"run": str(run.path), "k": t.k, "n_bases": t.n_bases, "D": t.n_examples,
                      "direction": t.direction, "z_length": t.z_length, "lr": cfg.lr,
                      "batch_size": cfg.batch_size, "seed": cfg.seed, "status": run.status,
-                     "tau": s["tau"], "plateau_over_log_k": s["plateau_over_log_k"], "final_step": s["final_step"]})
+                     "tau": s["tau"], "tau_examples": seen.get(s["tau"]), "plateau_over_log_k": s["plateau_over_log_k"], "final_step": s["final_step"],
+                     "error": read_json(err)["error"] if err.is_file() else None})
     if not rows:
         raise SelectorLensError(f"no run found under {root}/")
     return pd.DataFrame(rows)

@@ -86,3 +86,25 @@ def power_law_fit(x, y, n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> 
     lo, hi = (np.quantile(draws[:, 0], [(1 - ci) / 2, (1 + ci) / 2]) if len(draws) else (math.nan, math.nan))
     return {"alpha": float(alpha), "C": float(np.exp(logc)), "r2": float(r2), "ci": ci,
             "alpha_ci": (float(lo), float(hi)), "n": int(len(x)), "draws": draws}
+
+
+def scaling_fits(table) -> dict:
+    """The paper's scaling analyses on a run table (`runs.run_table`), transitioned runs only.
+
+    tau_vs_D: τ = C D^α across all runs; tau_vs_K: at each D with two or more K, τ = C K^β;
+    k_beyond_D: the slope of the τ-vs-D residuals (log) against log K (0: no K effect beyond D).
+    """
+    done = table[table.tau.notna()]
+    out = {"n_runs": int(len(table)), "n_transitioned": int(len(done)), "tau_vs_D": None, "tau_vs_K": {},
+           "k_beyond_D": None}
+    if done.D.nunique() >= 2:
+        fit = power_law_fit(done.D, done.tau)
+        out["tau_vs_D"] = {k: v for k, v in fit.items() if k != "draws"}
+        if done.k.nunique() >= 2:
+            resid = np.log(done.tau.astype(float)) - np.log(fit["C"] * done.D.astype(float) ** fit["alpha"])
+            out["k_beyond_D"] = float(np.polyfit(np.log(done.k.astype(float)), resid, 1)[0])
+    for d, part in done.groupby("D"):
+        if part.k.nunique() >= 2:
+            fit = power_law_fit(part.k, part.tau)
+            out["tau_vs_K"][int(d)] = {k: v for k, v in fit.items() if k != "draws"}
+    return out

@@ -1,0 +1,239 @@
+"""Sweeps: a grid over training options, one ordinary run directory per point.
+
+A spec (YAML or dict) names fixed options (`base`) and a grid (`grid`); option names are the
+flat field names of SelectorTask, ModelConfig and TrainConfig (`k`, `n_bases`, `n_layers`, `lr`,
+...), plus `D`, which sets n_bases = D / k. The sweep directory holds `sweep.json` (the spec and
+its points) and one run directory per point; finished runs are skipped, killed ones resumed,
+failed ones recorded in their `error.json` without stopping the others.
+
+Executors: `local` (a process pool; torch threads per run = cores / workers) and `ray` (the same
+jobs as Ray tasks; without an address a local Ray instance, with one a cluster: the sweep
+directory must then be on storage every node sees).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import traceback
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from .config import ModelConfig, TrainConfig
+from .errors import SelectorLensError
+from .task import SelectorTask
+
+EXECUTORS = ("local", "ray")
+_TASK = {f.name for f in fields(SelectorTask)}
+_MODEL = {f.name for f in fields(ModelConfig)}
+_TRAIN = {f.name for f in fields(TrainConfig)} - {"task", "model"}
+_TYPES = {f.name: f.type for cls in (SelectorTask, ModelConfig, TrainConfig) for f in fields(cls)}
+
+
+def make_config(options: dict) -> TrainConfig:
+    """A TrainConfig from flat option names; `seed` seeds both the data and the training."""
+    options = dict(options)
+    if "D" in options:
+        d, k = options.pop("D"), options.get("k", SelectorTask.k)
+        if d % k:
+            raise SelectorLensError(f"D={d} is not a multiple of k={k}: n_bases = D / k must be whole")
+        options["n_bases"] = d // k
+    unknown = set(options) - _TASK - _MODEL - _TRAIN
+    if unknown:
+        raise SelectorLensError(f"unknown sweep option(s): {', '.join(sorted(unknown))}")
+    options = _coerce(options)
+    task = {k: v for k, v in options.items() if k in _TASK}
+    if "seed" in options:
+        task["seed"] = options["seed"]
+    return TrainConfig(
+        task=SelectorTask(**task),
+        model=ModelConfig(**{k: v for k, v in options.items() if k in _MODEL}),
+        **{k: v for k, v in options.items() if k in _TRAIN},
+    )
+
+
+def _coerce(options: dict) -> dict:
+    """Numbers by field type (YAML reads 3e-3 as a string)."""
+    out = dict(options)
+    for key, value in out.items():
+        if isinstance(value, str) and _TYPES.get(key) in ("float", "int"):
+            try:
+                out[key] = float(value) if _TYPES[key] == "float" else int(value)
+            except ValueError:
+                raise SelectorLensError(f"sweep option {key} needs a number, got {value!r}") from None
+    return out
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    base: dict
+    grid: dict
+
+    @classmethod
+    def load(cls, path) -> "SweepSpec":
+        import yaml
+
+        try:
+            raw = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise SelectorLensError(f"missing sweep spec: {path}") from None
+        except yaml.YAMLError as e:
+            raise SelectorLensError(f"sweep spec {path} is not valid YAML ({e})") from None
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "SweepSpec":
+        extra = set(raw) - {"base", "grid"}
+        if extra:
+            raise SelectorLensError(f"a sweep spec has keys base and grid, not {', '.join(sorted(extra))}")
+        grid = {k: (v if isinstance(v, list) else [v]) for k, v in (raw.get("grid") or {}).items()}
+        if any(len(v) == 0 for v in grid.values()):
+            raise SelectorLensError("every grid option needs at least one value")
+        return cls(dict(raw.get("base") or {}), grid)
+
+    def with_grid(self, pairs: list[str]) -> "SweepSpec":
+        """The spec with grid options set from `key=v1,v2,...` strings (the CLI's --grid)."""
+        import yaml
+
+        grid = dict(self.grid)
+        for pair in pairs:
+            key, sep, values = pair.partition("=")
+            if not sep or not key or not values:
+                raise SelectorLensError(f"--grid takes key=v1,v2,..., got {pair!r}")
+            grid[key.strip()] = [yaml.safe_load(v) for v in values.split(",")]
+        return replace(self, grid=grid)
+
+    def points(self) -> list[dict]:
+        """The grid's points (base options updated by each combination), validated."""
+        keys = list(self.grid)
+        pts = [_coerce({**self.base, **dict(zip(keys, combo))}) for combo in itertools.product(*self.grid.values())]
+        for p in pts:
+            make_config(p)  # one clear error before anything runs
+        return pts
+
+    def run_name(self, point: dict) -> str:
+        """The directory name: every option that varies in the grid, in grid order."""
+        parts = []
+        for key in self.grid:
+            if len(self.grid[key]) > 1 or key in ("k", "n_bases", "D", "seed"):
+                parts.append(f"{key}{_short(point[key])}")
+        return "-".join(parts) or "run"
+
+
+def _short(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def run_point(options: dict, out: str, threads: int) -> dict:
+    """Train one point (or resume it); never raises: the outcome is returned and recorded."""
+    import torch
+
+    from .runs import Run
+    from .trainer import train
+
+    torch.set_num_threads(threads)
+    out_path = Path(out)
+    try:
+        if (out_path / "run.json").is_file() and Run.open(out_path).status in ("finished", "early_stopped"):
+            return {"run": out, "outcome": "skipped"}
+        run = train(make_config(options), out=out_path, resume=True)
+        (out_path / "error.json").unlink(missing_ok=True)
+        return {"run": out, "outcome": "done", "tau": run.tau()}
+    except Exception as e:  # recorded, and the sweep goes on
+        out_path.mkdir(parents=True, exist_ok=True)
+        err = {"run": out, "outcome": "failed", "error": f"{type(e).__name__}: {e}",
+               "traceback": traceback.format_exc()}
+        (out_path / "error.json").write_text(json.dumps(err, indent=1))
+        return err
+
+
+def run_sweep(spec: SweepSpec, root, executor: str = "local", workers: int | None = None,
+              address: str | None = None, progress: bool = False) -> list[dict]:
+    """Run every point of `spec` under `root`; returns one outcome per point."""
+    if executor not in EXECUTORS:
+        raise SelectorLensError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    points = spec.points()
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    names = [spec.run_name(p) for p in points]
+    if len(set(names)) != len(names):
+        raise SelectorLensError("two grid points map to the same run name; vary fewer options at once")
+    record = {"base": spec.base, "grid": spec.grid, "points": [{"name": n, "options": p} for n, p in zip(names, points)]}
+    sweep_json = root / "sweep.json"
+    if sweep_json.is_file() and json.loads(sweep_json.read_text())["points"] != record["points"]:
+        raise SelectorLensError(f"{root} holds a different sweep; choose another directory")
+    sweep_json.write_text(json.dumps(record, indent=1))
+    cores = os.cpu_count() or 1
+    workers = max(1, min(workers or cores, len(points)))
+    threads = max(1, cores // workers)
+    jobs = [(p, str(root / n)) for p, n in zip(points, names)]
+    if executor == "ray":
+        return _run_ray(jobs, threads, address, progress)
+    return _run_local(jobs, workers, threads, progress)
+
+
+class _Board:
+    """done / running / failed counts, as a rich progress bar."""
+
+    def __init__(self, total: int, show: bool):
+        self.p = None
+        if show:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.p = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                              TextColumn("{task.fields[info]}"), console=Console(stderr=True))
+            self.p.start()
+            self.t = self.p.add_task("sweep", total=total, info="")
+        self.total, self.results = total, []
+
+    def add(self, result: dict, running: int):
+        self.results.append(result)
+        if self.p:
+            failed = sum(r["outcome"] == "failed" for r in self.results)
+            self.p.update(self.t, completed=len(self.results),
+                          info=f"running {running}  failed {failed}")
+
+    def close(self):
+        if self.p:
+            self.p.stop()
+
+
+def _run_local(jobs, workers: int, threads: int, progress: bool) -> list[dict]:
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
+    board = _Board(len(jobs), progress)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(run_point, p, out, threads) for p, out in jobs]
+        pending = len(futures)
+        for fut in as_completed(futures):
+            pending -= 1
+            board.add(fut.result(), min(workers, pending))
+    board.close()
+    return sorted(board.results, key=lambda r: r["run"])
+
+
+def _run_ray(jobs, threads: int, address: str | None, progress: bool) -> list[dict]:
+    try:
+        import ray
+    except ImportError:
+        raise SelectorLensError("the ray executor needs Ray: pip install 'selector-lens[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, num_cpus=None if address else os.cpu_count(), include_dashboard=False,
+                 log_to_driver=False)
+    try:
+        remote = ray.remote(num_cpus=threads)(run_point)
+        refs = [remote.remote(p, out, threads) for p, out in jobs]
+        board = _Board(len(jobs), progress)
+        while refs:
+            done, refs = ray.wait(refs, num_returns=1)
+            board.add(ray.get(done[0]), len(refs))
+        board.close()
+        return sorted(board.results, key=lambda r: r["run"])
+    finally:
+        if started:
+            ray.shutdown()
+

@@ -1,0 +1,116 @@
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import selector_lens as sl
+from selector_lens import trainer
+from selector_lens.runs import run_table
+from selector_lens.sweep import SweepSpec, make_config, run_point, run_sweep
+from selector_lens.transition import scaling_fits
+
+TINY = {"n_layers": 1, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp": 64, "steps": 40,
+        "batch_size": 16, "lr": 3e-3, "eval_every": 10, "ckpt_every": 20}
+
+
+def test_make_config_from_flat_options():
+    cfg = make_config({"k": 4, "D": 40, "n_layers": 2, "lr": 2e-3, "seed": 7, "direction": "a_to_b"})
+    assert (cfg.task.k, cfg.task.n_bases, cfg.task.seed, cfg.task.direction) == (4, 10, 7, "a_to_b")
+    assert (cfg.model.n_layers, cfg.lr, cfg.seed) == (2, 2e-3, 7)
+    with pytest.raises(sl.SelectorLensError, match="D=30 is not a multiple of k=4"):
+        make_config({"k": 4, "D": 30})
+    with pytest.raises(sl.SelectorLensError, match="unknown sweep option.*: colour"):
+        make_config({"colour": 1})
+
+
+def test_spec_from_yaml_and_flags(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("base:\n  steps: 40\n  k: 3\ngrid:\n  n_bases: [6, 12]\n  seed: 1\n")
+    spec = SweepSpec.load(path).with_grid(["lr=0.001,3e-3"])
+    pts = spec.points()
+    assert len(pts) == 4 and {p["lr"] for p in pts} == {0.001, 0.003}
+    assert spec.run_name(pts[0]) == "n_bases6-seed1-lr0.001"
+    with pytest.raises(sl.SelectorLensError, match="k must be >= 1"):
+        SweepSpec({}, {"k": [0, 3]}).points()  # invalid points fail before anything runs
+    with pytest.raises(sl.SelectorLensError, match="--grid takes key=v1,v2"):
+        spec.with_grid(["lr"])
+    path.write_text("grid: [unclosed")
+    with pytest.raises(sl.SelectorLensError, match="not valid YAML"):
+        SweepSpec.load(path)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    spec = SweepSpec({**TINY, "k": 3}, {"n_bases": [6, 12], "device": ["cpu", "cuda"]})
+    return root, spec, run_sweep(spec, root, workers=2)
+
+
+def test_local_sweep_records_failures_and_goes_on(swept):
+    root, spec, results = swept
+    outcome = {r["run"].split("/")[-1]: r for r in results}
+    assert {k: v["outcome"] for k, v in outcome.items()} == {
+        "n_bases6-devicecpu": "done", "n_bases12-devicecpu": "done",
+        "n_bases6-devicecuda": "failed", "n_bases12-devicecuda": "failed"}
+    err = json.loads((root / "n_bases6-devicecuda" / "error.json").read_text())
+    assert "no CUDA device" in err["error"]
+    assert sl.Run.open(root / "n_bases12-devicecpu").metric_rows()[-1]["step"] == 40
+    assert len(json.loads((root / "sweep.json").read_text())["points"]) == 4
+
+
+def test_sweep_is_resumable(swept):
+    root, spec, _ = swept
+    again = run_sweep(spec, root, workers=1)
+    assert [r["outcome"] for r in again if "cpu" in r["run"]] == ["skipped", "skipped"]
+    with pytest.raises(sl.SelectorLensError, match="holds a different sweep"):
+        run_sweep(SweepSpec({**TINY, "k": 3}, {"n_bases": [6]}), root)
+
+
+def test_a_killed_point_is_resumed(tmp_path, monkeypatch):
+    options = {**TINY, "k": 3, "n_bases": 6}
+    calls = {"n": 0}
+    real = trainer.evaluate
+
+    def dies(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(trainer, "evaluate", dies)
+    with pytest.raises(KeyboardInterrupt):
+        sl.train(make_config(options), out=tmp_path / "p")
+    monkeypatch.setattr(trainer, "evaluate", real)
+    assert run_point(options, str(tmp_path / "p"), 1)["outcome"] == "done"
+    full = sl.train(make_config(options), out=tmp_path / "full").metric_rows()
+    assert [r["loss"] for r in sl.Run.open(tmp_path / "p").metric_rows()] == [r["loss"] for r in full]
+
+
+def test_scaling_fits_on_an_exact_law():
+    rows = [{"run": f"r{i}", "k": k, "D": d, "tau": 0.05 * d**1.2} for i, (k, d) in
+            enumerate([(3, 300), (5, 1000), (10, 1000), (20, 1000), (10, 4000), (10, 10000)])]
+    fits = scaling_fits(pd.DataFrame(rows))
+    assert fits["tau_vs_D"]["alpha"] == pytest.approx(1.2)
+    assert fits["tau_vs_K"][1000]["alpha"] == pytest.approx(0.0, abs=1e-9)
+    assert fits["k_beyond_D"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_run_table_of_the_sweep(swept):
+    root, _, _ = swept
+    table = run_table(root)
+    ok = table[table.status != "running"]
+    assert set(ok.D) == {18, 36} and (ok.tau_examples.dropna() > 0).all()
+    assert table[table.run.str.contains("cuda")].error.str.contains("no CUDA").all() if "cuda" in "".join(table.run) else True
+
+
+@pytest.mark.ray
+def test_ray_executor_on_a_local_instance(tmp_path):
+    pytest.importorskip("ray")
+    spec = SweepSpec({**TINY, "k": 3}, {"n_bases": [6, 12]})
+    results = run_sweep(spec, tmp_path, executor="ray", workers=2)
+    assert [r["outcome"] for r in results] == ["done", "done"]
+    local = run_sweep(spec, tmp_path / "local", workers=2)
+    for r, l in zip(results, local):  # same runs, same numbers, whichever executor
+        a, b = sl.Run.open(r["run"]).metric_rows(), sl.Run.open(l["run"]).metric_rows()
+        assert [x["loss"] for x in a] == [x["loss"] for x in b]
