@@ -1,5 +1,6 @@
 # Each target creates .venv when missing: torch==2.13.0 first (the CPU build on this disk;
-# an unpinned torch would pull a multi-GB CUDA build), then the project with its dev extra.
+# an unpinned torch would pull a multi-GB CUDA build), then the project with its dev and ray
+# extras (the Ray executor's test runs against a local Ray instance).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -10,7 +11,7 @@ DEMO   ?= --k 5 --n-bases 800 --steps 3000 --eval-every 25
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,ray]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -98,3 +98,22 @@ def test_dashboard_command(tiny_run, tmp_path):
     assert (tmp_path / "d.html").stat().st_size > 1e6 and "wrote" in out.stdout
     bad = cli("dashboard", "--run", str(tiny_run), "-o", str(tmp_path / "e.html"), "--example", "999")
     assert bad.returncode == 2 and "example 999 out of range" in bad.stderr
+
+
+def test_sweep_and_fit_commands(tmp_path):
+    grid = ["--grid", "k=3", "--grid", "n_bases=6,12", "--grid", "steps=40", "--grid", "n_layers=1",
+            "--grid", "d_model=32", "--grid", "d_head=16", "--grid", "d_mlp=64", "--grid", "batch_size=16",
+            "--grid", "lr=3e-3", "--grid", "eval_every=10", "--grid", "ckpt_every=20"]
+    out = cli("sweep", *grid, "--out", str(tmp_path / "s"), "--workers", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert sorted(r["outcome"] for r in res["results"]) == ["done", "done"]
+    fit = cli("fit", str(tmp_path / "s"), "--json")
+    assert fit.returncode == 0, fit.stderr
+    body = json.loads(fit.stdout)
+    assert len(body["runs"]) == 2 and (tmp_path / "s" / "fit.json").is_file()
+    assert (body["fits"]["tau_vs_D"] is None) == (sum(r["tau"] is not None for r in body["runs"]) < 2)
+    bad = cli("sweep", "--grid", "k=0,3", "--out", str(tmp_path / "t"))
+    assert bad.returncode == 2 and "k must be >= 1" in bad.stderr
+    none = cli("fit", str(tmp_path / "empty"))
+    assert none.returncode == 2 and "no run found" in none.stderr

@@ -18,8 +18,9 @@ def test_make_config_from_flat_options():
     cfg = make_config({"k": 4, "D": 40, "n_layers": 2, "lr": 2e-3, "seed": 7, "direction": "a_to_b"})
     assert (cfg.task.k, cfg.task.n_bases, cfg.task.seed, cfg.task.direction) == (4, 10, 7, "a_to_b")
     assert (cfg.model.n_layers, cfg.lr, cfg.seed) == (2, 2e-3, 7)
-    with pytest.raises(sl.SelectorLensError, match="D=30 is not a multiple of k=4"):
-        make_config({"k": 4, "D": 30})
+    assert make_config({"k": 36, "D": 10_000}).task.n_bases == 278  # round(D / K): D = 10,008
+    with pytest.raises(sl.SelectorLensError, match="D or n_bases, not both"):
+        make_config({"k": 4, "D": 30, "n_bases": 3})
     with pytest.raises(sl.SelectorLensError, match="unknown sweep option.*: colour"):
         make_config({"colour": 1})
 

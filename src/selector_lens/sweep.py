@@ -2,7 +2,7 @@
 
 A spec (YAML or dict) names fixed options (`base`) and a grid (`grid`); option names are the
 flat field names of SelectorTask, ModelConfig and TrainConfig (`k`, `n_bases`, `n_layers`, `lr`,
-...), plus `D`, which sets n_bases = D / k. The sweep directory holds `sweep.json` (the spec and
+...), plus `D`, which sets n_bases = round(D / k) (the run's exact D, n_bases x k, is recorded). The sweep directory holds `sweep.json` (the spec and
 its points) and one run directory per point; finished runs are skipped, killed ones resumed,
 failed ones recorded in their `error.json` without stopping the others.
 
@@ -36,9 +36,9 @@ def make_config(options: dict) -> TrainConfig:
     options = dict(options)
     if "D" in options:
         d, k = options.pop("D"), options.get("k", SelectorTask.k)
-        if d % k:
-            raise SelectorLensError(f"D={d} is not a multiple of k={k}: n_bases = D / k must be whole")
-        options["n_bases"] = d // k
+        if "n_bases" in options:
+            raise SelectorLensError("give D or n_bases, not both")
+        options["n_bases"] = max(1, round(d / k))  # the run's exact D is n_bases x k
     unknown = set(options) - _TASK - _MODEL - _TRAIN
     if unknown:
         raise SelectorLensError(f"unknown sweep option(s): {', '.join(sorted(unknown))}")

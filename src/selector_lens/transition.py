@@ -108,3 +108,16 @@ def scaling_fits(table) -> dict:
             fit = power_law_fit(part.k, part.tau)
             out["tau_vs_K"][int(d)] = {k: v for k, v in fit.items() if k != "draws"}
     return out
+
+
+def solve_time(rows: list[dict], token_acc: float = 0.95) -> int | None:
+    """First eval step with teacher-forced token accuracy (target tokens + EOS) >= `token_acc`.
+
+    Defined the same way for every direction (the reverse ones have no candidates), so it is the
+    waiting time of the directional comparison. On the bz_to_a plateau a1 is a 1-in-K guess, so
+    the accuracy stays near 0.8 (4 of 5 tokens) until z is used.
+    """
+    for r in rows:
+        if r["token_acc"] >= token_acc:
+            return int(r["step"])
+    return None
