@@ -5,7 +5,7 @@
 Both directions train on the same strings (the generator does not depend on the direction) with
 the same model and optimiser, over several seeds. Waiting time, defined identically for both:
 the first eval step with teacher-forced token accuracy (target tokens + EOS) >= 0.95
-(`transition.solve_time`). Writes DIR/asymmetry.json and DIR/asymmetry.html.
+(`transition.solve_time`). Runs stop early once solved (TrainConfig's early stop). Writes DIR/asymmetry.json and DIR/asymmetry.html.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from selector_lens.viz.dashboard import write_html
 
 PRESETS = {
     "cpu": {"base": {"k": 5, "n_bases": 200, "steps": 4000, "eval_every": 20, "ckpt_every": 1000,
-                     "eval_groups": "50", "early_stop": False}, "seeds": [1, 2, 3]},
-    "paper": {"base": {"k": 10, "n_bases": 1000, "steps": 20000, "eval_every": 50, "ckpt_every": 500,
-                       "early_stop": False}, "seeds": [42, 43, 44, 45, 46]},
+                     "eval_groups": "50"}, "seeds": [1, 2, 3]},
+    "paper": {"base": {"k": 10, "n_bases": 1000, "steps": 20000, "eval_every": 50, "ckpt_every": 500},
+              "seeds": [42, 43, 44, 45, 46]},
 }
 THRESHOLD = 0.95
 
