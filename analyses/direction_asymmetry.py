@@ -10,7 +10,6 @@ the first eval step with teacher-forced token accuracy (target tokens + EOS) >= 
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from selector_lens.runs import Run
-from selector_lens.sweep import SweepSpec, run_sweep
+from selector_lens.sweep import SweepSpec, run_sweep, study_args
 from selector_lens.transition import solve_time
 from selector_lens.viz.dashboard import write_html
 
@@ -33,14 +32,8 @@ THRESHOLD = 0.95
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scale", choices=sorted(PRESETS), default="cpu")
-    ap.add_argument("--executor", choices=["local", "ray"], default="local")
-    ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
-    preset = PRESETS[args.scale]
-    out = args.out or Path("checkpoints") / "sweeps" / f"asymmetry-{args.scale}"
+    args, preset = study_args(__doc__, PRESETS, "asymmetry")
+    out = args.out
     spec = SweepSpec(preset["base"], {"direction": ["bz_to_a", "a_to_b"], "seed": preset["seeds"]})
     t0 = time.perf_counter()
     results = run_sweep(spec, out, args.executor, args.workers, progress=True)

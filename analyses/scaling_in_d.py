@@ -10,7 +10,6 @@ Two sweeps under DIR: `d/` (τ vs D at fixed K) and `k/` (τ vs K at fixed D). W
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from selector_lens.runs import run_table
-from selector_lens.sweep import SweepSpec, run_sweep
+from selector_lens.sweep import SweepSpec, run_sweep, study_args
 from selector_lens.transition import power_law_fit, scaling_fits
 from selector_lens.viz import tau_vs_d, tau_vs_k
 from selector_lens.viz.dashboard import write_html
@@ -39,14 +38,8 @@ PRESETS = {
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scale", choices=sorted(PRESETS), default="cpu")
-    ap.add_argument("--executor", choices=["local", "ray"], default="local")
-    ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
-    preset = PRESETS[args.scale]
-    out = args.out or Path("checkpoints") / "sweeps" / f"scaling-{args.scale}"
+    args, preset = study_args(__doc__, PRESETS, "scaling")
+    out = args.out
     t0 = time.perf_counter()
     for part in ("d", "k"):
         run_sweep(SweepSpec(preset["base"], preset[part]), out / part, args.executor, args.workers, progress=True)

@@ -17,3 +17,22 @@ def tiny(**kw) -> sl.TrainConfig:
 @pytest.fixture
 def tiny_cfg():
     return tiny()
+
+
+def train_until_killed(cfg, out, monkeypatch, evals: int):
+    """Train `cfg` into `out` but die (KeyboardInterrupt) on the `evals`-th evaluation."""
+    from selector_lens import trainer
+
+    calls = {"n": 0}
+    real = trainer.evaluate
+
+    def dies(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == evals:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(trainer, "evaluate", dies)
+        with pytest.raises(KeyboardInterrupt):
+            sl.train(cfg, out=out)

@@ -5,10 +5,10 @@ import pandas as pd
 import pytest
 
 import selector_lens as sl
-from selector_lens import trainer
 from selector_lens.runs import run_table
 from selector_lens.sweep import SweepSpec, make_config, run_point, run_sweep
 from selector_lens.transition import scaling_fits
+from tests.conftest import train_until_killed
 
 TINY = {"n_layers": 1, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp": 64, "steps": 40,
         "batch_size": 16, "lr": 3e-3, "eval_every": 10, "ckpt_every": 20}
@@ -52,11 +52,11 @@ def test_local_sweep_records_failures_and_goes_on(swept):
     root, spec, results = swept
     outcome = {r["run"].split("/")[-1]: r for r in results}
     assert {k: v["outcome"] for k, v in outcome.items()} == {
-        "n_bases6-devicecpu": "done", "n_bases12-devicecpu": "done",
-        "n_bases6-devicecuda": "failed", "n_bases12-devicecuda": "failed"}
-    err = json.loads((root / "n_bases6-devicecuda" / "error.json").read_text())
+        "n_bases6-cpu": "done", "n_bases12-cpu": "done",
+        "n_bases6-cuda": "failed", "n_bases12-cuda": "failed"}
+    err = json.loads((root / "n_bases6-cuda" / "error.json").read_text())
     assert "no CUDA device" in err["error"]
-    assert sl.Run.open(root / "n_bases12-devicecpu").metric_rows()[-1]["step"] == 40
+    assert sl.Run.open(root / "n_bases12-cpu").metric_rows()[-1]["step"] == 40
     assert len(json.loads((root / "sweep.json").read_text())["points"]) == 4
 
 
@@ -70,19 +70,7 @@ def test_sweep_is_resumable(swept):
 
 def test_a_killed_point_is_resumed(tmp_path, monkeypatch):
     options = {**TINY, "k": 3, "n_bases": 6}
-    calls = {"n": 0}
-    real = trainer.evaluate
-
-    def dies(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(trainer, "evaluate", dies)
-    with pytest.raises(KeyboardInterrupt):
-        sl.train(make_config(options), out=tmp_path / "p")
-    monkeypatch.setattr(trainer, "evaluate", real)
+    train_until_killed(make_config(options), tmp_path / "p", monkeypatch, evals=4)
     assert run_point(options, str(tmp_path / "p"), 1)["outcome"] == "done"
     full = sl.train(make_config(options), out=tmp_path / "full").metric_rows()
     assert [r["loss"] for r in sl.Run.open(tmp_path / "p").metric_rows()] == [r["loss"] for r in full]

@@ -6,10 +6,9 @@ import pytest
 import torch
 
 import selector_lens as sl
-from selector_lens import trainer as train_mod
 from selector_lens.model import load_weights, save_weights
 from selector_lens.trainer import BatchOrder, lr_at
-from tests.conftest import tiny
+from tests.conftest import tiny, train_until_killed
 
 KEYS = ("step", "examples_seen", "loss", "first_target_loss", "candidate_loss", "candidate_acc",
         "dz", "token_acc", "attn_to_z", "group_correct")
@@ -58,19 +57,7 @@ def test_resume_equals_uninterrupted(tmp_path, monkeypatch):
     cfg = tiny(steps=60)
     full = sl.train(cfg, out=tmp_path / "full").metric_rows()
 
-    calls = {"n": 0}
-    real = train_mod.evaluate
-
-    def dies_at_step_50(*a, **k):  # killed after the step-40 checkpoint and the step-50 eval
-        calls["n"] += 1
-        if calls["n"] == 7:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(train_mod, "evaluate", dies_at_step_50)
-    with pytest.raises(KeyboardInterrupt):
-        sl.train(cfg, out=tmp_path / "killed")
-    monkeypatch.setattr(train_mod, "evaluate", real)
+    train_until_killed(cfg, tmp_path / "killed", monkeypatch, evals=7)  # after the step-40 ckpt, at the step-60 eval
     killed = sl.Run.open(tmp_path / "killed")
     assert killed.status == "running" and killed.steps == [0, 20, 40]
     resumed = sl.train(cfg, out=tmp_path / "killed", resume=True).metric_rows()

@@ -113,16 +113,21 @@ class SweepSpec:
         return pts
 
     def run_name(self, point: dict) -> str:
-        """The directory name: every option that varies in the grid, in grid order."""
+        """The directory name from the grid's options, in grid order (those that vary, and k,
+        n_bases, D, seed always): `k5-D2000`, `a_to_b-seed1`, `lr0.003-batch_size64`."""
         parts = []
         for key in self.grid:
             if len(self.grid[key]) > 1 or key in ("k", "n_bases", "D", "seed"):
-                parts.append(f"{key}{_short(point[key])}")
+                parts.append(_name_part(key, point[key]))
         return "-".join(parts) or "run"
 
 
-def _short(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
+def _name_part(key: str, value) -> str:
+    if isinstance(value, bool):
+        return key if value else f"no_{key}"
+    if isinstance(value, str):
+        return value  # directions, devices, 'all': the value says what it is
+    return f"{key}{value:g}" if isinstance(value, float) else f"{key}{value}"
 
 
 def run_point(options: dict, out: str, threads: int) -> dict:
@@ -237,3 +242,20 @@ def _run_ray(jobs, threads: int, address: str | None, progress: bool) -> list[di
         if started:
             ray.shutdown()
 
+
+
+def study_args(doc: str, presets: dict, name: str):
+    """The command line shared by the analyses/ studies: --scale, --executor, --workers, --out.
+
+    Returns (args, the chosen preset); `args.out` defaults to checkpoints/sweeps/<name>-<scale>.
+    """
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    ap.add_argument("--scale", choices=sorted(presets), default="cpu")
+    ap.add_argument("--executor", choices=list(EXECUTORS), default="local")
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    args.out = args.out or Path("checkpoints") / "sweeps" / f"{name}-{args.scale}"
+    return args, presets[args.scale]
