@@ -369,7 +369,7 @@ def fit(
     fits = scaling_fits(table)
     (Path(sweep_dir) / "fit.json").write_text(json.dumps(fits, indent=1))
     if json_out:
-        _json({"runs": table.to_dict(orient="records"), "fits": fits})
+        _json({"runs": table.astype(object).where(table.notna(), None).to_dict(orient="records"), "fits": fits})
         return
     _table(f"{sweep_dir}: runs", ["run", "K", "D", "lr", "batch", "τ", "τ (examples)", "plateau / log K"],
            [[Path(r.run).name, r.k, r.D, r.lr, r.batch_size, r.tau, r.tau_examples, r.plateau_over_log_k]
