@@ -21,6 +21,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
+	$(PY) benchmarks/bench_floor.py
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_analysis.py
 

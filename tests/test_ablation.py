@@ -171,3 +171,25 @@ def test_around_tau_selection(trained):
     assert trained.tau() == 50  # this seed's tiny run crosses 0.5 log K at the step-50 eval
     assert trained.select_steps(around_tau=0.5) == [40, 60]  # checkpoints within [25, 75]
     assert trained.phases() == {"pre": 20, "mid": 40, "post": 60, "final": 60}  # nearest to 12.5, 37.5, 75
+
+
+def test_prune_keeps_the_dense_window(tmp_path):
+    run = sl.train(tiny(steps=200, ckpt_every=10, early_stop=False), out=tmp_path / "r")
+    t = run.tau()
+    before = run.steps
+    plan = run.prune(window=(0.5, 1.5), thin_every=3)
+    assert plan["dry_run"] and run.steps == before  # a dry run deletes nothing
+    window = [s for s in before if 0.5 * t <= s <= 1.5 * t]
+    outside = [s for s in before if s not in window]
+    assert set(window) <= set(plan["keep"]) and {0, 200} <= set(plan["keep"])
+    assert set(plan["keep"]) == {0, 200, *window, *outside[::3]}
+    run.prune(window=(0.5, 1.5), thin_every=3, dry_run=False)
+    assert run.steps == plan["keep"]
+    with pytest.raises(sl.SelectorLensError, match="window must satisfy"):
+        run.prune(window=(1.5, 2.0))
+
+
+def test_prune_needs_a_transition(tmp_path):
+    run = sl.train(tiny(steps=10, lr=1e-5), out=tmp_path / "r")
+    with pytest.raises(sl.SelectorLensError, match="no transition yet"):
+        run.prune()

@@ -103,3 +103,30 @@ def test_ray_executor_on_a_local_instance(tmp_path):
     for r, l in zip(results, local):  # same runs, same numbers, whichever executor
         a, b = sl.Run.open(r["run"]).metric_rows(), sl.Run.open(l["run"]).metric_rows()
         assert [x["loss"] for x in a] == [x["loss"] for x in b]
+
+
+def test_killing_a_sweep_leaves_no_worker_behind(tmp_path):
+    """A killed sweep must not leave workers writing into run directories a resumed one reopens."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("base: {k: 3, n_bases: 12, steps: 100000, n_layers: 1, d_model: 32, d_head: 16, "
+                    "d_mlp: 64, batch_size: 16, eval_every: 50, ckpt_every: 1000, early_stop: false}\n"
+                    "grid: {seed: [1, 2]}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "selector_lens", "sweep", str(spec), "--out", str(tmp_path / "s"),
+                             "--workers", "2", "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = tmp_path / "s" / "seed1" / "metrics.jsonl"
+    for _ in range(120):  # wait until the workers are training
+        if metrics.is_file() and metrics.stat().st_size > 0:
+            break
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(3)
+    size = metrics.stat().st_size
+    time.sleep(3)
+    assert metrics.stat().st_size == size  # nothing is still training

@@ -385,6 +385,27 @@ def fit(
     _table("power-law fits (95% bootstrap CI); paper: α_D = 1.19 [1.14, 1.31], α_K ≈ 0", ["fit", "exponent", "R²", "points"], rows)
 
 
+@app.command(epilog="Examples:\n\n  selector-lens prune --run checkpoints/k10            # what would go\n\n"
+             "  selector-lens prune --run checkpoints/k10 --thin-every 8 --yes")
+def prune(
+    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    window_start: float = typer.Option(0.25, help="Dense window start, in units of τ."),
+    window_end: float = typer.Option(2.0, help="Dense window end, in units of τ."),
+    thin_every: int = typer.Option(4, help="Outside the window keep every n-th checkpoint."),
+    yes: bool = typer.Option(False, "--yes", help="Delete (without it: only show what would go)."),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """Thin a run's checkpoints, keeping every one in the dense window around τ."""
+    r = _open_run(run)
+    plan = r.prune((window_start, window_end), thin_every, dry_run=not yes)
+    if json_out:
+        _json(plan)
+        return
+    verb = "deleted" if yes else "would delete (pass --yes)"
+    print(f"τ = {plan['tau']}; dense window steps {plan['window_steps'][0]:.0f}..{plan['window_steps'][1]:.0f}; "
+          f"keep {len(plan['keep'])}, {verb} {len(plan['drop'])} ({plan['freed_mb']:.0f} MB)")
+
+
 def ablate_head_main() -> None:
     """The `ablate-head` console script: the same command as `selector-lens ablate-head`."""
     _run_guarded(ablate_app)

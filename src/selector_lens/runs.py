@@ -197,6 +197,27 @@ class Run:
             steps = [s for s in steps if abs(s - t) <= around_tau * t]
         return steps
 
+    def prune(self, window=(0.25, 2.0), thin_every: int = 4, dry_run: bool = True) -> dict:
+        """Retention: keep every checkpoint with window[0] τ <= step <= window[1] τ (the dense
+        window the analyses read: pre = τ/4 .. post = 1.5τ), step 0, the last one, and every
+        `thin_every`-th of the rest; delete the others unless `dry_run`. Needs a τ."""
+        t = self.tau()
+        if t is None:
+            raise SelectorLensError(f"{self.path} has no transition yet: the dense window around τ is unknown, nothing pruned")
+        lo, hi = window
+        if not 0 <= lo <= 1 <= hi or thin_every < 1:
+            raise SelectorLensError("the window must satisfy 0 <= start <= 1 <= end (in units of τ), thin_every >= 1")
+        steps = self.steps
+        outside = [s for s in steps if not lo * t <= s <= hi * t]
+        keep = {steps[0], steps[-1], *[s for s in steps if lo * t <= s <= hi * t], *outside[::thin_every]}
+        drop = [s for s in steps if s not in keep]
+        if not dry_run:
+            for s in drop:
+                self.ckpt_path(s).unlink()
+        size = self.ckpt_path(steps[0]).stat().st_size if steps else 0
+        return {"tau": t, "window_steps": (lo * t, hi * t), "keep": sorted(keep), "drop": drop,
+                "freed_mb": len(drop) * size / 1e6, "dry_run": dry_run}
+
     def series(self, steps=None) -> "CheckpointSeries":
         return CheckpointSeries(self, self.steps if steps is None else steps)
 

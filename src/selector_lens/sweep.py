@@ -205,12 +205,27 @@ class _Board:
             self.p.stop()
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Pool initializer: end this worker when the sweep process dies, so a killed sweep leaves
+    no orphan still writing into a run directory that a resumed sweep is about to reopen."""
+    import threading
+    import time
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _run_local(jobs, workers: int, threads: int, progress: bool) -> list[dict]:
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
     board = _Board(len(jobs), progress)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                             initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(run_point, p, out, threads) for p, out in jobs]
         pending = len(futures)
         for fut in as_completed(futures):

@@ -1,0 +1,83 @@
+"""The training step against the matmul floor of this machine (issue 6), measured in one run.
+
+Floor: every GEMM of one training step of the paper model (forward, and the two backward GEMMs
+of each weight: dX = dY W^T, dW = X^T dY), timed alone as torch.mm on its own shape, summed.
+Attention score / value products are batched matmuls and counted the same way.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+import selector_lens as sl
+from selector_lens.trainer import BatchOrder, train_step
+
+
+def median_time(fn, repeat: int = 20) -> float:
+    fn()
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+def step_gemms(cfg: sl.ModelConfig, batch: int, seq: int, vocab: int) -> list[tuple[int, int, int, int]]:
+    """(count, m, k, n) of the step's matmuls: X[m, k] @ W[k, n], forward and backward."""
+    rows, d, hd = batch * seq, cfg.d_model, cfg.n_heads * cfg.d_head
+    linear = [(d, 3 * hd), (hd, d), (d, cfg.d_mlp), (cfg.d_mlp, d)]  # QKV, O, MLP in, MLP out
+    out = []
+    for k, n in linear:
+        out += [(cfg.n_layers, rows, k, n), (cfg.n_layers, rows, n, k), (cfg.n_layers, k, rows, n)]
+    out += [(1, rows, d, vocab), (1, rows, vocab, d), (1, d, rows, vocab)]  # unembed
+    bh = batch * cfg.n_heads
+    for m, k, n in ((seq, cfg.d_head, seq), (seq, seq, cfg.d_head)):  # scores, weighted values
+        out += [(cfg.n_layers * bh, m, k, n)] * 3  # forward and two backward products
+    return out
+
+
+def floor_seconds(gemms) -> tuple[float, float]:
+    total, flops = 0.0, 0.0
+    for count, m, k, n in gemms:
+        if count > 64:  # batched attention products: time them as one bmm
+            a, b = torch.randn(count, m, k), torch.randn(count, k, n)
+            total += median_time(lambda: torch.bmm(a, b))
+        else:
+            a, b = torch.randn(m, k), torch.randn(k, n)
+            total += count * median_time(lambda: torch.mm(a, b))
+        flops += 2 * count * m * k * n
+    return total, flops
+
+
+def main() -> None:
+    task = sl.SelectorTask(k=10, n_bases=1000)
+    cfg = sl.TrainConfig(task=task)
+    data = task.generate()
+    model = sl.build_model(cfg.model, task, cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    order = BatchOrder(task.n_examples, cfg.batch_size, cfg.seed)
+    steps = iter(range(1, 10**9))
+    toolkit = median_time(lambda: train_step(model, opt, data.tokens[order.indices(next(steps))],
+                                             task.first_target_pos, cfg.grad_clip), 30)
+
+    def plain():  # the textbook loop: full-sequence loss, no masking of the source positions
+        x = data.tokens[order.indices(next(steps))]
+        loss = model(x, return_type="loss")
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    plain_s = median_time(plain, 30)
+    floor, flops = floor_seconds(step_gemms(cfg.model, cfg.batch_size, task.seq_len, 40))
+    print(f"matmul floor of one step: {floor * 1e3:7.1f} ms ({flops / 1e9:.1f} GFLOP, {flops / floor / 1e9:.0f} GFLOP/s)")
+    print(f"toolkit train step:       {toolkit * 1e3:7.1f} ms = {toolkit / floor:.2f} x floor")
+    print(f"plain HookedTransformer:  {plain_s * 1e3:7.1f} ms = {plain_s / floor:.2f} x floor")
+
+
+if __name__ == "__main__":
+    main()
