@@ -22,7 +22,7 @@ from selector_lens.model import save_weights
 from selector_lens.trainer import BatchOrder, train_step
 
 
-def timed(fn, repeat: int) -> float:
+def timed(fn, repeat: int = 20) -> float:
     """Median seconds of `repeat` calls after one warm-up call."""
     fn()
     times = []

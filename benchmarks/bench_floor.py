@@ -7,23 +7,12 @@ Attention score / value products are batched matmuls and counted the same way.
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 
 import selector_lens as sl
 from selector_lens.trainer import BatchOrder, train_step
 
-
-def median_time(fn, repeat: int = 20) -> float:
-    fn()
-    out = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
+from bench_core import timed  # benchmarks/ is on sys.path when run as a script
 
 
 def step_gemms(cfg: sl.ModelConfig, batch: int, seq: int, vocab: int) -> list[tuple[int, int, int, int]]:
@@ -45,10 +34,10 @@ def floor_seconds(gemms) -> tuple[float, float]:
     for count, m, k, n in gemms:
         if count > 64:  # batched attention products: time them as one bmm
             a, b = torch.randn(count, m, k), torch.randn(count, k, n)
-            total += median_time(lambda: torch.bmm(a, b))
+            total += timed(lambda: torch.bmm(a, b))
         else:
             a, b = torch.randn(m, k), torch.randn(k, n)
-            total += count * median_time(lambda: torch.mm(a, b))
+            total += count * timed(lambda: torch.mm(a, b))
         flops += 2 * count * m * k * n
     return total, flops
 
@@ -61,7 +50,7 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     order = BatchOrder(task.n_examples, cfg.batch_size, cfg.seed)
     steps = iter(range(1, 10**9))
-    toolkit = median_time(lambda: train_step(model, opt, data.tokens[order.indices(next(steps))],
+    toolkit = timed(lambda: train_step(model, opt, data.tokens[order.indices(next(steps))],
                                              task.first_target_pos, cfg.grad_clip), 30)
 
     def plain():  # the textbook loop: full-sequence loss, no masking of the source positions
@@ -72,7 +61,7 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
-    plain_s = median_time(plain, 30)
+    plain_s = timed(plain, 30)
     floor, flops = floor_seconds(step_gemms(cfg.model, cfg.batch_size, task.seq_len, 40))
     print(f"matmul floor of one step: {floor * 1e3:7.1f} ms ({flops / 1e9:.1f} GFLOP, {flops / floor / 1e9:.0f} GFLOP/s)")
     print(f"toolkit train step:       {toolkit * 1e3:7.1f} ms = {toolkit / floor:.2f} x floor")

@@ -114,43 +114,45 @@ def ablate_heads(run, heads, mode: str = "mean", steps=None, keep_only: bool = F
     `keep_only=True` ablates every head except `heads` (sufficiency). Clean values come from the
     run's metrics.jsonl when that step was evaluated there (same evaluation set), else are computed.
     """
+    return _ablation_table(run, [list(heads)], mode, steps, keep_only, seed)
+
+
+def ablate_each_head(run, steps=None, mode: str = "mean", keep_only: bool = False, seed: int = 0):
+    """`ablate_heads` for every head in turn (necessity), or every head alone kept (sufficiency)."""
+    cfg = run.config.model
+    return _ablation_table(run, [[(l, h)] for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
+                           mode, steps, keep_only, seed)
+
+
+def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
+    """One row per step x head set. Each checkpoint is loaded once and every head's mean /
+    resample source comes from one clean pass; each head set then costs one evaluation."""
     import pandas as pd
 
     from ..metrics import evaluate
 
-    steps = run.steps if steps is None else list(steps)
-    series = run.series(steps)
+    series = run.series(run.steps if steps is None else list(steps))
     model = series.model
-    heads = check_heads(model, heads)
-    targets = heads
-    if keep_only:
-        keep = set(heads)
-        targets = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads) if (l, h) not in keep]
+    head_sets = [check_heads(model, heads) for heads in head_sets]
+    if not all(head_sets):
+        raise SelectorLensError("no heads to ablate")
+    every = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
     es = run.eval_set()
     stored = {r["step"]: r for r in run.metric_rows()}
     rows = []
     for step, model in series:
         clean = stored.get(step) or evaluate(model, es)
-        ablated = evaluate(model, es, intervention=head_ablation(model, es, targets, mode, seed))
-        row = {"step": step, "heads": "+".join(head_label(*h) for h in heads), "mode": mode, "keep_only": keep_only}
-        if len(heads) == 1:
-            row["layer"], row["head"] = heads[0]
-        for m in METRICS:
-            c, a = clean.get(m), ablated.get(m)
-            row[f"clean_{m}"], row[f"ablated_{m}"] = c, a
-            row[f"delta_{m}"] = None if c is None or a is None else a - c
-        rows.append(row)
+        sources = head_ablation(model, es, every, mode, seed).values
+        for heads in head_sets:
+            targets = [x for x in every if x not in heads] if keep_only else heads
+            abl = HeadAblation(targets, mode, {t: sources[t] for t in targets if t in sources})
+            ablated = evaluate(model, es, intervention=abl)
+            row = {"step": step, "heads": "+".join(head_label(*h) for h in heads), "mode": mode, "keep_only": keep_only}
+            if len(heads) == 1:
+                row["layer"], row["head"] = heads[0]
+            for m in METRICS:
+                c, a = clean.get(m), ablated.get(m)
+                row[f"clean_{m}"], row[f"ablated_{m}"] = c, a
+                row[f"delta_{m}"] = None if c is None or a is None else a - c
+            rows.append(row)
     return pd.DataFrame(rows)
-
-
-def ablate_each_head(run, steps=None, mode: str = "mean", keep_only: bool = False, seed: int = 0):
-    """`ablate_heads` for every head in turn (necessity), or every head alone kept (sufficiency)."""
-    import pandas as pd
-
-    cfg = run.config.model
-    tables = [
-        ablate_heads(run, [(l, h)], mode, steps, keep_only, seed)
-        for l in range(cfg.n_layers)
-        for h in range(cfg.n_heads)
-    ]
-    return pd.concat(tables, ignore_index=True)
