@@ -77,3 +77,20 @@ def test_sweep_dashboard_renders(sweep, tmp_path):
     errors, requests, figs, rendered, _ = render(path)
     assert errors == [] and all(u.startswith("file://") for u in requests)
     assert figs == rendered >= 1
+
+
+def test_collective_transition_on_synthetic_groups():
+    from selector_lens.transition import collective_transition
+
+    steps = list(range(0, 1100, 100))
+    # ten groups of K=4: all cross (> 2 of 4 right) between steps 500 and 600, one never does
+    rows = []
+    for s in steps:
+        correct = [4 if s >= 500 + 100 * (g % 2) else 1 for g in range(9)] + [1]
+        rows.append({"step": s, "group_correct": correct})
+    out = collective_transition(rows, k=4, tau_step=500)
+    assert out["groups"] == 10 and out["never_crossed"] == 1
+    assert out["crossed_by_half_tau"] == 0.0 and out["crossed_by_tau"] == 0.5 and out["crossed_by_1.5_tau"] == 0.9
+    assert out["crossing_q10"] == 500 and out["crossing_q90"] == 600
+    assert out["window_over_tau"] == pytest.approx(0.2)
+    assert out["incremental_window_over_tau"] == pytest.approx(0.8 * 600 / 500)

@@ -10,7 +10,8 @@ import pytest
 import selector_lens as sl
 from selector_lens import viz
 from selector_lens.viz.dashboard import run_dashboard
-from selector_lens.viz.figures import DZ_FLOOR, group_crossing_steps, thin
+from selector_lens.transition import group_crossing_steps
+from selector_lens.viz.figures import DZ_FLOOR, thin
 from tests.conftest import tiny
 
 CHROMIUM = "/usr/bin/chromium"

@@ -121,3 +121,39 @@ def solve_time(rows: list[dict], token_acc: float = 0.95) -> int | None:
         if r["token_acc"] >= token_acc:
             return int(r["step"])
     return None
+
+
+def group_crossing_steps(steps, group_acc: np.ndarray, level: float = 0.5) -> np.ndarray:
+    """Per group, the first step with accuracy > `level` (inf if never). group_acc: [steps, groups]."""
+    above = np.asarray(group_acc) > level
+    first = np.where(above.any(0), above.argmax(0), -1)
+    steps = np.asarray(steps, dtype=float)
+    return np.where(first >= 0, steps[np.maximum(first, 0)], np.inf)
+
+
+def collective_transition(rows: list[dict], k: int, tau_step: int | None, level: float = 0.5) -> dict:
+    """Do the groups switch together (science.md claim 3)? From the stored per-group accuracy.
+
+    A group crosses at its first eval with candidate accuracy > `level`. Reports the fraction of
+    groups crossed by τ/2, τ and 1.5τ, and the 10%-90% crossing window as a fraction of τ. The
+    incremental alternative (groups learned one at a time through the run) would spread the
+    crossings evenly from the start: a window of ~0.8 of the span up to the last crossing.
+    """
+    rows = [r for r in rows if r.get("group_correct") is not None]
+    if not rows:
+        return {"groups": 0}
+    steps = [r["step"] for r in rows]
+    acc = np.array([r["group_correct"] for r in rows], dtype=float) / k
+    cross = group_crossing_steps(steps, acc, level)
+    crossed = cross[np.isfinite(cross)]
+    out = {"groups": int(acc.shape[1]), "never_crossed": int((~np.isfinite(cross)).sum()), "level": level}
+    if tau_step:
+        out.update({f"crossed_by_{name}": float((cross <= f * tau_step).mean())
+                    for name, f in (("half_tau", 0.5), ("tau", 1.0), ("1.5_tau", 1.5))})
+    if len(crossed) >= 2:
+        q10, q50, q90 = np.quantile(crossed, [0.1, 0.5, 0.9])
+        out.update({"crossing_q10": float(q10), "crossing_median": float(q50), "crossing_q90": float(q90)})
+        if tau_step:
+            out["window_over_tau"] = float((q90 - q10) / tau_step)
+        out["incremental_window_over_tau"] = float(0.8 * crossed.max() / tau_step) if tau_step else None
+    return out

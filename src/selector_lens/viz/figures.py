@@ -13,6 +13,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..transition import group_crossing_steps
+
 DZ_FLOOR = 1e-4  # Δz is drawn on a log axis: values below this (or negative) sit at the floor
 
 
@@ -73,14 +75,6 @@ def attention_heatmap(attn, routing_head: str | None = None, max_steps: int = 40
     fig.update_layout(title="Attention from the a1-predicting position onto z", xaxis_title="step",
                       yaxis=dict(autorange="reversed"))
     return fig
-
-
-def group_crossing_steps(steps, group_acc: np.ndarray, level: float = 0.5) -> np.ndarray:
-    """Per group, the first step with accuracy > `level` (inf if never). group_acc: [steps, groups]."""
-    above = group_acc > level
-    first = np.where(above.any(0), above.argmax(0), -1)
-    steps = np.asarray(steps, dtype=float)
-    return np.where(first >= 0, steps[np.maximum(first, 0)], np.inf)
 
 
 def group_transition(metrics, k: int, max_steps: int = 400) -> go.Figure:
