@@ -70,6 +70,9 @@ def test_ablate_head_json_and_alias(tiny_run):
     assert bad.returncode == 2 and "head 2 out of range: the model has heads 0..1" in bad.stderr
     bad = cli("ablate-head", "--run", str(tiny_run), "--layer", "1", "--head", "0", "--step", "60")
     assert bad.returncode == 2 and "layer 1 out of range: the model has layers 0..0" in bad.stderr
+    for args in (["--layer", "0"], ["--all-heads", "--head", "1"]):
+        bad = cli("ablate-head", "--run", str(tiny_run), *args, "--step", "60")
+        assert bad.returncode == 2 and "give --layer and --head, or --all-heads" in bad.stderr
     bad = cli("ablate-head", "--run", str(tiny_run), "--layer", "0", "--head", "0", "--step", "35")
     assert bad.returncode == 2 and "no checkpoint at step 35" in bad.stderr
 

@@ -175,7 +175,8 @@ def ablate_head(
     from .interventions.ablation import METRICS, ablate_each_head, ablate_heads
 
     r = _open_run(run)
-    if all_heads == (layer is not None or head is not None) or (not all_heads and (layer is None or head is None)):
+    given = (layer is not None, head is not None)
+    if (all_heads and any(given)) or (not all_heads and not all(given)):
         raise SelectorLensError("give --layer and --head, or --all-heads")
     labelled = _steps(r, step, phase, every)
     steps = [s for _, s in labelled]

@@ -149,6 +149,15 @@ class Run:
         rows = [r for r in self.metric_rows() if r.get("candidate_loss") is not None]
         return tau([r["step"] for r in rows], [r["candidate_loss"] for r in rows], self.config.task.log_k, threshold)
 
+    def require_tau(self, consequence: str, threshold: float = 0.5) -> int:
+        """τ, or one clear error saying the run has not transitioned and what follows from it."""
+        t = self.tau(threshold)
+        if t is None:
+            raise SelectorLensError(
+                f"{self.path} never reaches candidate loss < {threshold} log K (no transition yet): {consequence}"
+            )
+        return t
+
     def eval_set(self):
         """The run's own evaluation set (same seeded groups as during training)."""
         from .metrics import make_eval_set
@@ -164,12 +173,7 @@ class Run:
     def phases(self, threshold: float = 0.5) -> dict[str, int]:
         """Named checkpoints: pre = τ/4 (early plateau), mid = 3τ/4 (late plateau), post = 1.5τ
         (after the drop; the last checkpoint if the run ended sooner), final = last checkpoint."""
-        t = self.tau(threshold)
-        if t is None:
-            raise SelectorLensError(
-                f"{self.path} never reaches candidate loss < {threshold} log K, so the phases "
-                f"pre/mid/post are undefined; pass --step"
-            )
+        t = self.require_tau("the phases pre/mid/post are undefined; pass --step", threshold)
         out = {name: self.nearest_step(frac * t) for name, frac in PHASES.items()}
         return {**out, "final": self.steps[-1]}
 
@@ -192,8 +196,7 @@ class Run:
                 raise SelectorLensError(f"--every must be >= 1, got {every}")
             steps = steps[::every]
         if around_tau is not None:
-            self.phases()  # one clear error when there is no τ
-            t = self.tau()
+            t = self.require_tau("no window around τ to select")
             steps = [s for s in steps if abs(s - t) <= around_tau * t]
         return steps
 
@@ -201,9 +204,7 @@ class Run:
         """Retention: keep every checkpoint with window[0] τ <= step <= window[1] τ (the dense
         window the analyses read: pre = τ/4 .. post = 1.5τ), step 0, the last one, and every
         `thin_every`-th of the rest; delete the others unless `dry_run`. Needs a τ."""
-        t = self.tau()
-        if t is None:
-            raise SelectorLensError(f"{self.path} has no transition yet: the dense window around τ is unknown, nothing pruned")
+        t = self.require_tau("the dense window around τ is unknown, nothing pruned")
         lo, hi = window
         if not 0 <= lo <= 1 <= hi or thin_every < 1:
             raise SelectorLensError("the window must satisfy 0 <= start <= 1 <= end (in units of τ), thin_every >= 1")
