@@ -42,9 +42,14 @@ def main() -> None:
     steps = iter(range(1, 10**9))
 
     def step():
-        train_step(model, opt, data.tokens[order.indices(next(steps))], cfg.task.first_target_pos, cfg.grad_clip)
+        train_step([model], [opt], data.tokens[order.indices(next(steps))][None], cfg.task.first_target_pos, cfg.grad_clip)
 
     step_s = timed(step, 30)
+    # four seeds as one batched model (train_many's step) against four steps one after another
+    many = [sl.build_model(cfg.model, cfg.task, s) for s in range(4)]
+    opts = [torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in many]
+    batches = lambda: torch.stack([data.tokens[order.indices(next(steps))] for _ in many])
+    batched_s = timed(lambda: train_step(many, opts, batches(), cfg.task.first_target_pos, cfg.grad_clip), 10)
     n_params = sum(p.numel() for p in model.parameters())
     model.eval()
     es_default, es_all = make_eval_set(data, "auto", cfg.seed), make_eval_set(data, "all", cfg.seed)
@@ -59,6 +64,7 @@ def main() -> None:
     between = cfg.eval_every * step_s
     print(f"model: {n_params:,} parameters, batch {cfg.batch_size}, torch threads {torch.get_num_threads()}")
     print(f"train step                         {step_s * 1e3:8.1f} ms")
+    print(f"4 runs as one batched step         {batched_s * 1e3:8.1f} ms   = {batched_s / (4 * step_s):.2f} x four single steps")
     print(f"eval, default set ({len(es_default.tokens):>5} examples)  {eval_default:8.2f} s   "
           f"= {eval_default / between:.2f} x the {cfg.eval_every} steps between evals")
     print(f"eval, --eval-groups all ({len(es_all.tokens)})  {eval_all:8.2f} s   "

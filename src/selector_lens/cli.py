@@ -56,7 +56,7 @@ def train(
     warmup_steps: int = typer.Option(_D.warmup_steps),
     eval_every: int = typer.Option(_D.eval_every, help="Steps between evaluations."),
     ckpt_every: int = typer.Option(_D.ckpt_every, help="Steps between weight checkpoints."),
-    eval_groups: str = typer.Option(_D.eval_groups, help="'auto' (<= 200 groups), 'all', or a count."),
+    eval_groups: str = typer.Option(_D.eval_groups, help="'auto' (<= 100 groups), 'all', or a count."),
     early_stop: bool = typer.Option(_D.early_stop, help="Stop once the candidate loss stays < 0.05 log K."),
     n_layers: int = typer.Option(ModelConfig.n_layers, help="Model size (paper defaults)."),
     n_heads: int = typer.Option(ModelConfig.n_heads),

@@ -11,6 +11,11 @@ from .errors import SelectorLensError
 from .task import D_VOCAB, SelectorTask
 
 
+# What fused.forward reproduces (training and evaluation run through it; see fused.py).
+ACT_FNS = ("gelu", "gelu_new", "relu", "silu")
+NORMS = ("LN", None)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Paper defaults: 4 layers x 4 heads, d_model 128, d_mlp 512, GELU, pre-LN (~0.8M params).
@@ -31,6 +36,12 @@ class ModelConfig:
         for name in ("n_layers", "n_heads", "d_model", "d_head", "d_mlp"):
             if getattr(self, name) < 1:
                 raise SelectorLensError(f"model {name} must be >= 1, got {getattr(self, name)}")
+        if self.act_fn not in ACT_FNS:
+            raise SelectorLensError(f"unknown act_fn {self.act_fn!r}; choose one of {', '.join(ACT_FNS)}")
+        if self.normalization_type not in NORMS:
+            raise SelectorLensError(
+                f"unknown normalization_type {self.normalization_type!r}; choose 'LN' or None"
+            )
 
     def hooked_config(self, task: SelectorTask, seed: int, device: str = "cpu"):
         from transformer_lens import HookedTransformerConfig  # lazily: slow import
@@ -81,7 +92,7 @@ class TrainConfig:
     warmup_steps: int = 0
     eval_every: int = 50
     ckpt_every: int = 50
-    eval_groups: str = "auto"  # 'auto' (all groups up to 200, else a seeded 200), 'all', or a count
+    eval_groups: str = "auto"  # 'auto' (all groups up to 100, else a seeded 100), 'all', or a count
     early_stop: bool = True
     early_stop_frac: float = 0.05
     early_stop_evals: int = 10

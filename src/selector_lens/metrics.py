@@ -1,9 +1,10 @@
 """Dense evaluation over whole groups (science.md section 3), batched.
 
-One pass per chunk of examples: the shared prefix (BOS .. SEP) runs once with a key-value
-cache, clean and z-deranged together; the cache is then repeated for the K candidates, so each
-candidate costs only its own target tokens. Everything else (loss on A tokens and EOS, token
-accuracy, first-target loss, attention to z) falls out of those two forward passes.
+Per chunk of examples, the prefix (BOS .. SEP) runs once with a key-value cache: the positions
+before z once for both the clean and the z-deranged prefix, the rest for each; the clean cache is
+then repeated for the K candidates, so each candidate costs only its own target tokens.
+Everything else (loss on A tokens and EOS, token accuracy, first-target loss, attention to z)
+falls out of those passes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import torch
 from .errors import SelectorLensError
 from .task import SelectorTask, TaskData
 
-DEFAULT_EVAL_GROUPS = 200  # the paper's per-group analysis used 200 groups
+# 100 groups (1,000 examples at K=10): exact scoring of all K candidates costs ~0.15 of the
+# FLOPs of the 50 training steps between evals; 200 groups would cost 0.30 (benchmarks/).
+DEFAULT_EVAL_GROUPS = 100
 
 
 @dataclass
@@ -33,7 +36,7 @@ class EvalSet:
 
 
 def resolve_eval_groups(spec, n_bases: int) -> int:
-    """'auto' (all up to 200 groups, else 200), 'all', or a count."""
+    """'auto' (all groups up to 100, else a seeded 100), 'all', or a count."""
     if spec in (None, "auto"):
         return min(n_bases, DEFAULT_EVAL_GROUPS)
     if spec == "all":
@@ -57,10 +60,13 @@ def derangement_shifts(n_groups: int, k: int, seed: int) -> np.ndarray:
     return rng.integers(1, k, size=n_groups)
 
 
-def make_eval_set(data: TaskData, eval_groups="auto", seed: int = 0) -> EvalSet:
+def make_eval_set(data: TaskData, eval_groups="auto", seed: int = 0, groups=None) -> EvalSet:
+    """The evaluation set: `groups` (base indices, e.g. a run's recorded ones) or a seeded draw."""
     task = data.task
-    n = resolve_eval_groups(eval_groups, task.n_bases)
-    if n == task.n_bases:
+    if groups is not None:
+        groups = torch.as_tensor(sorted(groups), dtype=torch.long)
+        n = len(groups)
+    elif (n := resolve_eval_groups(eval_groups, task.n_bases)) == task.n_bases:
         groups = torch.arange(task.n_bases)
     else:
         rng = np.random.default_rng(seed)
@@ -85,72 +91,76 @@ def make_eval_set(data: TaskData, eval_groups="auto", seed: int = 0) -> EvalSet:
     return EvalSet(task, groups, tokens, deranged, candidates, correct, group_pos)
 
 
-def _expand_cache(cache, n: int, c: int):
-    """The first n rows of a prefix cache, each repeated c times, frozen for the candidates."""
-    from transformer_lens import TransformerLensKeyValueCache, TransformerLensKeyValueCacheEntry
-
-    entries = [
-        TransformerLensKeyValueCacheEntry(
-            e.past_keys[:n].repeat_interleave(c, 0), e.past_values[:n].repeat_interleave(c, 0), frozen=True
-        )
-        for e in cache.entries
-    ]
-    mask = cache.previous_attention_mask[:n].repeat_interleave(c, 0)
-    return TransformerLensKeyValueCache(entries, mask, frozen=True)
-
-
 @torch.inference_mode()
-def evaluate(model, es: EvalSet, max_rows: int = 1024, intervention=None) -> dict:
+def evaluate(model, es: EvalSet, max_rows: int = 16384, intervention=None) -> dict:
     """All per-eval metrics of science.md section 3 on `es`; undefined ones are None.
 
+    Three cached passes per chunk of whole groups (through `fused.forward`, equal to the
+    HookedTransformer): the positions before z, once per group (its K examples share them);
+    the rest of each example's clean and z-deranged prefix; then every candidate's target tokens
+    on its example's clean prefix. `max_rows` bounds the candidate tokens per chunk.
     `intervention` (e.g. a head ablation) has `hooks(examples, offset) -> fwd_hooks`: the
-    TransformerLens hooks for a forward pass whose rows are those eval examples and whose
-    first position is `offset` (0 for the prefix pass, source_length for the candidates).
+    TransformerLens hooks for a forward pass whose rows are those eval examples and whose first
+    position is `offset`; the first pass runs per example unless it says `per_example = False`
+    (it acts alike on every example of a group before z).
     """
-    from transformer_lens import TransformerLensKeyValueCache
+    from . import fused
 
+    if not fused.supports(model):
+        raise SelectorLensError("evaluate needs a model built from a ModelConfig (pre-LN or no norm, standard positions)")
     task, device = es.task, next(model.parameters()).device
-    S, T, C = task.source_length, task.target_length, es.candidates.shape[1]
+    S, T, C, K = task.source_length, task.target_length, es.candidates.shape[1], task.k
     N, L, H = len(es.tokens), model.cfg.n_layers, model.cfg.n_heads
     zpos = task.z_positions
-    chunk = max(1, max_rows // max(C, 2))
+    split = min(zpos) if es.deranged is not None else S - 1  # positions before it: shared by the group
+    r = 2 if es.deranged is not None else 1  # prefix rows per example: clean (and deranged), interleaved
+    shared = K > 1 and bool((es.tokens[:, :split].view(-1, K, split) == es.tokens[::K, None, :split]).all())
+    if intervention is not None and getattr(intervention, "per_example", True):
+        shared = False
+    per_group = K if shared else 1
+    chunk = K * max(1, max_rows // (K * C * T))  # whole groups
 
     tot = dict(loss=0.0, first=0.0, first_shuf=0.0, cand=0.0, cand_ok=0, tok_ok=0)
     attn = torch.zeros(L, H, dtype=torch.float64)
     group_correct = torch.zeros(len(es.groups), dtype=torch.long)
 
+    def hooks(rows, offset):
+        return intervention.hooks(rows, offset) if intervention else []
+
     for lo in range(0, N, chunk):
         hi = min(N, lo + chunk)
         n = hi - lo
-        prefix = es.tokens[lo:hi, :S]
-        inp = prefix if es.deranged is None else torch.cat([prefix, es.deranged[lo:hi]])
-        rows_ex = torch.arange(lo, hi)
-        hooks = intervention.hooks(rows_ex.repeat(inp.shape[0] // n), 0) if intervention else []
+        ex = torch.arange(lo, hi)
+        heads_of = ex[::per_group]  # one row per group, or per example
+        _, kv0 = fused.forward(model, es.tokens[heads_of, :split].to(device), fwd_hooks=hooks(heads_of, 0),
+                               positions=slice(0, 0), keep_kv=True)
+        rest = es.tokens[lo:hi, split:S]
+        if r == 2:
+            rest = torch.stack([rest, es.deranged[lo:hi, split:]], 1).reshape(2 * n, S - split)
+        h = hooks(ex.repeat_interleave(r), split)
         if zpos:
 
-            def grab(pattern, hook, n=n):
-                attn[hook.layer()] += pattern[:n, :, S - 1, zpos].sum((0, 2)).double().cpu()
+            def grab(pattern, hook):
+                attn[hook.layer()] += pattern[::r, :, -1, zpos].sum((0, 2)).double().cpu()
 
-            hooks += [(f"blocks.{layer}.attn.hook_pattern", grab) for layer in range(L)]
-        cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, inp.shape[0])
-        inp = inp.to(device)  # no tokenizer: TransformerLens needs the (all-ones) mask with a cache
-        logits = model.run_with_hooks(
-            inp, past_kv_cache=cache, attention_mask=torch.ones_like(inp), fwd_hooks=hooks
-        )
-        first_logp = logits[:, -1].float().log_softmax(-1).cpu()  # [n or 2n, V]
+            h += [(f"blocks.{layer}.attn.hook_pattern", grab) for layer in range(L)]
+        logits, kv1 = fused.forward(model, rest.to(device), past=kv0, past_repeat=per_group * r, fwd_hooks=h,
+                                    positions=slice(-1, None), keep_kv=True)
+        logp = logits[:, -1].float().log_softmax(-1).cpu()
+        first_logp, shuf_logp = logp[::r], logp[1::r]  # [n, V] each
 
         cand = es.candidates[lo:hi]  # [n, C, T+1]
         cand_in = cand[:, :, :T].reshape(n * C, T).to(device)
-        rest = model.run_with_hooks(
-            cand_in,
-            past_kv_cache=_expand_cache(cache, n, C),
-            attention_mask=torch.ones_like(cand_in),
-            fwd_hooks=intervention.hooks(rows_ex.repeat_interleave(C), S) if intervention else [],
-        )
+        prefix_kv = [
+            (torch.cat([k0.repeat_interleave(per_group, 0), k1[::r]], 2),
+             torch.cat([v0.repeat_interleave(per_group, 0), v1[::r]], 2))
+            for (k0, v0), (k1, v1) in zip(kv0, kv1)
+        ]
+        rest = fused.forward(model, cand_in, past=prefix_kv, past_repeat=C, fwd_hooks=hooks(ex.repeat_interleave(C), S))
         rest = rest.float().log_softmax(-1).cpu().reshape(n, C, T, -1)
         tok_logp = torch.cat(
             [
-                first_logp[:n].gather(-1, cand[:, :, 0]).unsqueeze(-1),
+                first_logp.gather(-1, cand[:, :, 0]).unsqueeze(-1),
                 rest.gather(-1, cand[:, :, 1:].unsqueeze(-1)).squeeze(-1),
             ],
             dim=-1,
@@ -161,10 +171,10 @@ def evaluate(model, es: EvalSet, max_rows: int = 1024, intervention=None) -> dic
         true_logp = tok_logp[rows, correct]
         tot["loss"] += -true_logp.sum().item()
         tot["first"] += -true_logp[:, 0].sum().item()
-        pred = torch.cat([first_logp[:n].argmax(-1, keepdim=True), rest[rows, correct].argmax(-1)], -1)
+        pred = torch.cat([first_logp.argmax(-1, keepdim=True), rest[rows, correct].argmax(-1)], -1)
         tot["tok_ok"] += (pred == true).sum().item()
         if es.deranged is not None:
-            tot["first_shuf"] += -first_logp[n:].gather(-1, true[:, :1]).sum().item()
+            tot["first_shuf"] += -shuf_logp.gather(-1, true[:, :1]).sum().item()
         if task.has_candidates:
             scores = tok_logp.sum(-1)  # [n, C]
             tot["cand"] += -scores.log_softmax(-1)[rows, correct].sum().item()

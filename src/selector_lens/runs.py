@@ -159,10 +159,11 @@ class Run:
         return t
 
     def eval_set(self):
-        """The run's own evaluation set (same seeded groups as during training)."""
+        """The run's own evaluation set: the groups recorded in run.json (else drawn as in training)."""
         from .metrics import make_eval_set
 
-        return make_eval_set(self.task_data, self.config.eval_groups, seed=self.config.seed)
+        groups = self.info.get("eval_groups")
+        return make_eval_set(self.task_data, self.config.eval_groups, seed=self.config.seed, groups=groups)
 
     # --- step selection --------------------------------------------------------------------
     def nearest_step(self, target: float) -> int:

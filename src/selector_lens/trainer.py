@@ -17,7 +17,8 @@ import torch
 from . import __version__
 from .config import TrainConfig
 from .errors import SelectorLensError
-from .metrics import evaluate, make_eval_set
+from . import fused
+from .metrics import evaluate
 from .model import atomic_write, build_model, config_hash, save_weights
 from .runs import Run, write_json
 from .transition import summarize
@@ -62,16 +63,26 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     return cfg.lr
 
 
-def train_step(model, opt, batch: torch.Tensor, first: int, grad_clip: float) -> torch.Tensor:
-    """One AdamW step on next-token cross-entropy over the target tokens and EOS only."""
-    logits = model(batch)[:, first:-1]
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, first + 1 :].reshape(-1))
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    opt.step()
-    return loss.detach()
+def train_step(models, opts, batches: torch.Tensor, first: int, grad_clip: float) -> torch.Tensor:
+    """One AdamW step per model on next-token cross-entropy over the target tokens and EOS only.
+
+    `models` (same shape) run as one batched model through `fused.forward` on `batches`
+    [models, batch, pos]; each model gets the gradient of its own loss, its own clipping and its
+    own optimizer. Returns the losses [models].
+    """
+    logits = fused.forward(list(models), batches, positions=slice(first, -1))  # [M, B, P, V]
+    targets = batches[:, :, first + 1 :]
+    losses = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 2), targets.reshape(-1), reduction="none"
+    ).view(len(models), -1).mean(1)
+    for opt in opts:
+        opt.zero_grad(set_to_none=True)
+    losses.sum().backward()
+    for model, opt in zip(models, opts):
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+    return losses.detach()
 
 
 def solved(cfg: TrainConfig, row: dict) -> bool:
@@ -120,94 +131,142 @@ def _prepare(cfg: TrainConfig, out: Path, resume: bool) -> tuple[Run, bool]:
 
 def train(cfg: TrainConfig, out=None, resume: bool = False, progress: bool = False) -> Run:
     """Train (or resume) one run and return it. `out` defaults to checkpoints/<cfg.name>."""
-    out = Path(out) if out is not None else Path("checkpoints") / cfg.name
-    run, has_state = _prepare(cfg, out, resume)
-    device = resolve_device(cfg.device)
-    data = run.task_data
-    task = cfg.task
-    chash = config_hash(task, cfg.model)
+    return train_many([cfg], [out], resume, progress)[0]
 
-    model = build_model(cfg.model, task, cfg.seed, device)
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay
-    )
-    eval_set = make_eval_set(data, cfg.eval_groups, seed=cfg.seed)
-    order = BatchOrder(task.n_examples, cfg.batch_size, cfg.seed)
-    tokens = data.tokens.to(device)
-    metrics_path = out / "metrics.jsonl"
 
-    step, elapsed = 0, 0.0
-    if has_state:
-        try:
-            state = torch.load(run.state_path, map_location=device, weights_only=False)
-            step, elapsed = state["step"], state["elapsed"]
-            opt.load_state_dict(state["optimizer"])
-        except Exception as e:  # torn or foreign file: name it
-            raise SelectorLensError(f"corrupt checkpoint: {run.state_path} ({type(e).__name__})") from None
-        run.model_at(step, model)
-        rows = [r for r in run.metric_rows() if r["step"] <= step]
-        atomic_write(metrics_path, lambda tmp: tmp.write_text("".join(json.dumps(r) + "\n" for r in rows)))
-    else:
-        rows = []
-        metrics_path.write_text("")
-    streak = 0
-    for r in rows:
-        streak = streak + 1 if solved(cfg, r) else 0
+def train_many(cfgs, outs=None, resume: bool = False, progress: bool = False) -> list[Run]:
+    """Train several runs at once as one batched model: each step is one set of GEMMs for all.
 
-    with open(metrics_path, "a") as log:
-        t0 = time.perf_counter() - elapsed
+    The runs must share the model shape, sequence length, batch size and device (a sweep over
+    seeds, lr, K at one direction...); each keeps its own data, optimizer, evaluation,
+    checkpoints and early stop, and drops out of the batch when it ends. On a GPU this fills the
+    device with small models; on CPU it costs what the runs cost one after another.
+    """
+    cfgs = list(cfgs)
+    outs = list(outs) if outs is not None else [None] * len(cfgs)
+    key = lambda c: (c.model, c.task.seq_len, c.task.first_target_pos, c.batch_size, c.grad_clip, c.device)
+    if len({key(c) for c in cfgs}) > 1:
+        raise SelectorLensError("train_many needs runs with the same model, sequence length, batch size, clipping and device")
+    states = [_RunState(c, o, resume, progress and len(cfgs) == 1) for c, o in zip(cfgs, outs)]
+    first, clip = cfgs[0].task.first_target_pos, cfgs[0].grad_clip
+    try:
+        active = [s for s in states if not s.done]
+        while active:
+            batches = torch.stack([s.next_batch() for s in active])
+            losses = train_step([s.model for s in active], [s.opt for s in active], batches, first, clip)
+            for s, loss in zip(active, losses):
+                s.after_step(loss)
+            active = [s for s in active if not s.done]
+    finally:
+        for s in states:
+            s.close()
+    return [s.finish() for s in states]
 
-        def do_eval(step: int):
-            nonlocal streak
-            model.eval()
-            row = {"step": step, "examples_seen": order.examples_seen(step), "lr": lr_at(cfg, max(step, 1))}
-            row.update(evaluate(model, eval_set))
-            row["wall_s"] = time.perf_counter() - t0
-            model.train()
-            log.write(json.dumps(row) + "\n")
-            log.flush()
-            rows.append(row)
-            streak = streak + 1 if solved(cfg, row) else 0
-            return row
 
-        def do_ckpt(step: int):
-            save_weights(model, run.ckpt_path(step), step, chash)
-            state = {"step": step, "elapsed": time.perf_counter() - t0, "optimizer": opt.state_dict()}
-            atomic_write(run.state_path, lambda tmp: torch.save(state, tmp))
+class _RunState:
+    """One run inside the training loop: its model, optimizer, data order, log and checkpoints."""
 
-        if step == 0:
-            info = run.info
-            info["eval_groups"] = eval_set.groups.tolist()
+    def __init__(self, cfg: TrainConfig, out, resume: bool, progress: bool):
+        out = Path(out) if out is not None else Path("checkpoints") / cfg.name
+        self.cfg, self.out = cfg, out
+        self.run, has_state = _prepare(cfg, out, resume)
+        device = resolve_device(cfg.device)
+        data = self.run.task_data
+        self.task = cfg.task
+        self.chash = config_hash(self.task, cfg.model)
+        self.model = build_model(cfg.model, self.task, cfg.seed, device)
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay
+        )
+        self.eval_set = self.run.eval_set()  # a resumed run keeps the groups it recorded
+        self.order = BatchOrder(self.task.n_examples, cfg.batch_size, cfg.seed)
+        self.tokens = data.tokens.to(device)
+        self.device = device
+        metrics_path = out / "metrics.jsonl"
+
+        self.step, elapsed = 0, 0.0
+        if has_state:
+            try:
+                state = torch.load(self.run.state_path, map_location=device, weights_only=False)
+                self.step, elapsed = state["step"], state["elapsed"]
+                self.opt.load_state_dict(state["optimizer"])
+            except Exception as e:  # torn or foreign file: name it
+                raise SelectorLensError(f"corrupt checkpoint: {self.run.state_path} ({type(e).__name__})") from None
+            self.run.model_at(self.step, self.model)
+            self.rows = [r for r in self.run.metric_rows() if r["step"] <= self.step]
+            text = "".join(json.dumps(r) + "\n" for r in self.rows)
+            atomic_write(metrics_path, lambda tmp: tmp.write_text(text))
+        else:
+            self.rows = []
+            metrics_path.write_text("")
+        self.streak = 0
+        for r in self.rows:
+            self.streak = self.streak + 1 if solved(cfg, r) else 0
+        self.log = open(metrics_path, "a")
+        self.t0 = time.perf_counter() - elapsed
+        if self.step == 0:
+            info = self.run.info
+            info["eval_groups"] = self.eval_set.groups.tolist()
             write_json(out / "run.json", info)
-            do_eval(0)
-            do_ckpt(0)
+            self.evaluate(0)
+            self.checkpoint(0)
+        self.bar = _Progress(cfg, self.step) if progress else None
+        self.model.train()
+        self.stopped = cfg.early_stop and self.streak >= cfg.early_stop_evals  # resuming an early-stopped run
 
-        bar = _Progress(cfg, step) if progress else None
-        model.train()
-        stopped = cfg.early_stop and streak >= cfg.early_stop_evals  # resuming an early-stopped run
-        while step < cfg.steps and not stopped:
-            step += 1
-            for group in opt.param_groups:
-                group["lr"] = lr_at(cfg, step)
-            loss = train_step(model, opt, tokens[order.indices(step).to(device)], task.first_target_pos, cfg.grad_clip)
-            last = step == cfg.steps
-            if step % cfg.eval_every == 0 or last:
-                row = do_eval(step)
-                stopped = cfg.early_stop and streak >= cfg.early_stop_evals
-                if bar:
-                    bar.update(step, row)
-            if step % cfg.ckpt_every == 0 or last or stopped:
-                do_ckpt(step)
-            if bar and step % 10 == 0:
-                bar.advance(step, loss.item())
-        if bar:
-            bar.close()
+    @property
+    def done(self) -> bool:
+        return self.stopped or self.step >= self.cfg.steps
 
-    info = run.info
-    info["status"] = "early_stopped" if stopped else "finished"
-    info["summary"] = {**summarize(rows, task.log_k), "wall_time_s": time.perf_counter() - t0}
-    write_json(out / "run.json", info)
-    return run
+    def next_batch(self) -> torch.Tensor:
+        """Advance to the next step: set its learning rate, return its examples."""
+        self.step += 1
+        for group in self.opt.param_groups:
+            group["lr"] = lr_at(self.cfg, self.step)
+        return self.tokens[self.order.indices(self.step).to(self.device)]
+
+    def after_step(self, loss: torch.Tensor) -> None:
+        cfg, step = self.cfg, self.step
+        last = step == cfg.steps
+        if step % cfg.eval_every == 0 or last:
+            row = self.evaluate(step)
+            self.stopped = cfg.early_stop and self.streak >= cfg.early_stop_evals
+            if self.bar:
+                self.bar.update(step, row)
+        if step % cfg.ckpt_every == 0 or last or self.stopped:
+            self.checkpoint(step)
+        if self.bar and step % 10 == 0:
+            self.bar.advance(step, loss.item())
+
+    def evaluate(self, step: int) -> dict:
+        self.model.eval()
+        row = {"step": step, "examples_seen": self.order.examples_seen(step), "lr": lr_at(self.cfg, max(step, 1))}
+        row.update(evaluate(self.model, self.eval_set))
+        row["wall_s"] = time.perf_counter() - self.t0
+        self.model.train()
+        self.log.write(json.dumps(row) + "\n")
+        self.log.flush()
+        self.rows.append(row)
+        self.streak = self.streak + 1 if solved(self.cfg, row) else 0
+        return row
+
+    def checkpoint(self, step: int) -> None:
+        save_weights(self.model, self.run.ckpt_path(step), step, self.chash)
+        state = {"step": step, "elapsed": time.perf_counter() - self.t0, "optimizer": self.opt.state_dict()}
+        atomic_write(self.run.state_path, lambda tmp: torch.save(state, tmp))
+
+    def close(self) -> None:
+        if self.bar:
+            self.bar.close()
+            self.bar = None
+        self.log.close()
+
+    def finish(self) -> Run:
+        info = self.run.info
+        info["status"] = "early_stopped" if self.stopped else "finished"
+        info["summary"] = {**summarize(self.rows, self.task.log_k), "wall_time_s": time.perf_counter() - self.t0}
+        write_json(self.out / "run.json", info)
+        return self.run
 
 
 class _Progress:

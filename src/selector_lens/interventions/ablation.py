@@ -46,6 +46,11 @@ class HeadAblation:
     mode: str
     values: dict = field(default_factory=dict, repr=False)
 
+    @property
+    def per_example(self) -> bool:
+        """Resampling differs per example; zero and mean act alike on a group's shared prefix."""
+        return self.mode == "resample"
+
     def hooks(self, examples: torch.Tensor, offset: int):
         by_layer = defaultdict(list)
         for layer, head in self.heads:
@@ -80,13 +85,19 @@ def head_ablation(model, es, heads, mode: str = "mean", seed: int = 0, chunk: in
     abl = HeadAblation(heads, mode)
     if mode == "zero":
         return abl
-    names = {f"blocks.{layer}.attn.hook_z" for layer, _ in heads}
+    from .. import fused
+
     acts = defaultdict(list)
     device = next(model.parameters()).device
-    for lo in range(0, len(es.tokens), chunk):
-        _, cache = model.run_with_cache(es.tokens[lo : lo + chunk].to(device), names_filter=lambda n: n in names)
+
+    def keep(z, hook):
         for layer, head in heads:
-            acts[(layer, head)].append(cache[f"blocks.{layer}.attn.hook_z"][:, :, head].cpu())
+            if layer == hook.layer():
+                acts[(layer, head)].append(z[:, :, head].cpu())
+
+    hooks = [(f"blocks.{layer}.attn.hook_z", keep) for layer in sorted({layer for layer, _ in heads})]
+    for lo in range(0, len(es.tokens), chunk):
+        fused.forward(model, es.tokens[lo : lo + chunk].to(device), fwd_hooks=hooks, positions=slice(0, 0))
     n = len(es.tokens)
     source = resample_sources(n, seed)
     for key, parts in acts.items():

@@ -1,0 +1,191 @@
+"""A fast forward pass computed on a HookedTransformer's own parameters (issue 6).
+
+The same function as `HookedTransformer.forward` for the models the toolkit builds (pre-LN or
+no norm, learned absolute positions, GELU / ReLU MLPs): Q, K and V in one GEMM with the bias
+fused, `F.layer_norm`, PyTorch's fused attention. Gradients flow into the HookedTransformer's
+parameters, so training through it trains that model; the checkpoints, hooks and every analysis
+stay TransformerLens's. Tests hold it to the HookedTransformer's logits to 1e-5.
+
+Several models of one shape run as one batched model: their weights are stacked on a leading
+model axis, so a sweep's runs share each GEMM (the GPU path of `trainer.train_many`).
+
+Evaluation needs a key-value cache and two of TransformerLens's hook points; `forward` takes
+`past` (keys and values of earlier positions) and `fwd_hooks` on `blocks.L.attn.hook_z` and
+`blocks.L.attn.hook_pattern`, called with TransformerLens's shapes and signature.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+import torch.nn.functional as F
+
+from .errors import SelectorLensError
+
+ACTS = {
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+}
+_HOOK = re.compile(r"blocks\.(\d+)\.attn\.hook_(z|pattern)$")
+
+
+def supports(model) -> bool:
+    """Can `forward` reproduce this model? Otherwise callers use the HookedTransformer itself."""
+    c = model.cfg
+    return (
+        c.normalization_type in ("LN", None)
+        and c.positional_embedding_type == "standard"
+        and c.act_fn in ACTS
+        and not c.attn_only
+        and not c.gated_mlp
+        and c.attention_dir == "causal"
+        and c.n_key_value_heads in (None, c.n_heads)
+        and c.attn_scale == math.sqrt(c.d_head)
+        and getattr(c, "attn_scores_soft_cap", -1.0) <= 0
+        and getattr(c, "output_logits_soft_cap", -1.0) <= 0
+        and not c.final_rms
+        and not getattr(c, "parallel_attn_mlp", False)
+    )
+
+
+class _Hook:
+    """What a TransformerLens hook function receives as `hook`: a name and a layer."""
+
+    def __init__(self, name: str, layer: int):
+        self.name, self._layer = name, layer
+
+    def layer(self) -> int:
+        return self._layer
+
+
+def _stack(models, get) -> torch.Tensor:
+    if len(models) == 1:
+        return get(models[0]).unsqueeze(0)
+    return torch.stack([get(m) for m in models])
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """x [M, ..., k] @ w [M, k, n] + b [M, n]: one GEMM with the bias fused (batched over models)."""
+    m, n = x.shape[0], w.shape[-1]
+    if m == 1:  # addmm: the same product as a batch of one, without baddbmm's overhead on CPU
+        return torch.addmm(b[0], x.reshape(-1, x.shape[-1]), w[0]).view(*x.shape[:-1], n)
+    out = torch.baddbmm(b.unsqueeze(1), x.reshape(m, -1, x.shape[-1]), w)
+    return out.view(*x.shape[:-1], n)
+
+
+def _norm(x: torch.Tensor, w, b, eps: float) -> torch.Tensor:
+    if w is None:
+        return x
+    if w.shape[0] == 1:
+        return F.layer_norm(x, x.shape[-1:], w[0], b[0], eps)
+    shape = (w.shape[0],) + (1,) * (x.dim() - 2) + (w.shape[-1],)
+    return F.layer_norm(x, x.shape[-1:], eps=eps) * w.view(shape) + b.view(shape)
+
+
+def forward(models, tokens: torch.Tensor, past=None, past_repeat: int = 1, fwd_hooks=(), positions=None,
+            keep_kv: bool = False):
+    """Logits of `models` (one HookedTransformer or a list of same-shape ones) on `tokens`.
+
+    tokens: [batch, pos] for one model, [models, batch, pos] for a list. `past`: keys and values
+    of earlier positions (per layer, [rows, head, pos, d_head], one model); the new tokens follow
+    them, and each past row serves `past_repeat` consecutive rows (K candidates share their
+    prefix without copying it). `positions`: a slice of positions to unembed (default all).
+    Returns logits, or (logits, kv) with `keep_kv`: the keys and values of the new positions.
+    """
+    single = not isinstance(models, (list, tuple))
+    models = [models] if single else list(models)
+    if single:
+        tokens = tokens.unsqueeze(0)
+    for m in models:
+        if any(hp._forward_hooks or hp._backward_hooks for hp in m.hook_dict.values()):
+            raise SelectorLensError(
+                "the model has TransformerLens hooks attached, which fused.forward would skip; "
+                "pass them as fwd_hooks (hook_z / hook_pattern) or remove them"
+            )
+    cfg = models[0].cfg
+    M, B, P = tokens.shape
+    H, dh, d = cfg.n_heads, cfg.d_head, cfg.d_model
+    hooks = {}
+    for name, fn in fwd_hooks:
+        m = _HOOK.match(name)
+        if m is None or not single:
+            raise ValueError(f"fused.forward does not support hook {name!r}")
+        hooks.setdefault((int(m.group(1)), m.group(2)), []).append((name, fn))
+    offset = 0 if past is None else past[0][0].shape[2]
+    if past is not None and (not single or B != past[0][0].shape[0] * past_repeat):
+        raise ValueError(f"{B} rows do not fit a past of {past[0][0].shape[0]} rows x {past_repeat}")
+    ln = cfg.normalization_type == "LN"
+    act = ACTS[cfg.act_fn]
+
+    W_E = _stack(models, lambda m: m.embed.W_E)
+    x = torch.stack([F.embedding(tokens[i], W_E[i]) for i in range(M)]) if M > 1 else F.embedding(tokens, W_E[0])
+    x = x + _stack(models, lambda m: m.pos_embed.W_pos[offset : offset + P]).unsqueeze(1)
+    kv = []
+    for layer in range(cfg.n_layers):
+        blk = [m.blocks[layer] for m in models]
+        a = [b.attn for b in blk]
+        w1 = _stack(blk, lambda b: b.ln1.w) if ln else None
+        b1 = _stack(blk, lambda b: b.ln1.b) if ln else None
+        h = _norm(x, w1, b1, cfg.eps)
+        W_qkv = _stack(a, lambda t: torch.cat([t.W_Q, t.W_K, t.W_V]).permute(1, 0, 2).reshape(d, 3 * H * dh))
+        b_qkv = _stack(a, lambda t: torch.cat([t.b_Q, t.b_K, t.b_V]).reshape(3 * H * dh))
+        qkv = _linear(h, W_qkv, b_qkv).view(M * B, P, 3, H, dh)
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # [M*B, H, P, dh]
+        if keep_kv:
+            kv.append((k, v))
+        z = _attention(q, k, v, None if past is None else past[layer], past_repeat, hooks.get((layer, "pattern")), layer)
+        z = z.transpose(1, 2)  # [M*B, P, H, dh], TransformerLens's hook_z layout
+        for name, fn in hooks.get((layer, "z"), ()):
+            out = fn(z.contiguous(), hook=_Hook(name, layer))
+            z = z if out is None else out
+        W_O = _stack(a, lambda t: t.W_O.reshape(H * dh, d))
+        x = x + _linear(z.reshape(M, B, P, H * dh), W_O, _stack(a, lambda t: t.b_O))
+        w2 = _stack(blk, lambda b: b.ln2.w) if ln else None
+        b2 = _stack(blk, lambda b: b.ln2.b) if ln else None
+        h = _norm(x, w2, b2, cfg.eps)
+        mlp = [b.mlp for b in blk]
+        h = act(_linear(h, _stack(mlp, lambda t: t.W_in), _stack(mlp, lambda t: t.b_in)))
+        x = x + _linear(h, _stack(mlp, lambda t: t.W_out), _stack(mlp, lambda t: t.b_out))
+    if positions is not None:
+        x = x[:, :, positions]
+    wf = _stack(models, lambda m: m.ln_final.w) if ln else None
+    bf = _stack(models, lambda m: m.ln_final.b) if ln else None
+    x = _norm(x, wf, bf, cfg.eps)
+    logits = _linear(x, _stack(models, lambda m: m.unembed.W_U), _stack(models, lambda m: m.unembed.b_U))
+    logits = logits[0] if single else logits
+    return (logits, kv) if keep_kv else logits
+
+
+def _attention(q, k, v, past, repeat: int, pattern_hooks, layer: int) -> torch.Tensor:
+    """Causal attention of the new positions onto `past` and themselves; [rows, H, P, dh].
+
+    Without a past or pattern hooks this is PyTorch's fused kernel. Otherwise the scores are
+    explicit; the past's scores are one batched product per past row for all `repeat` rows
+    that share it.
+    """
+    if past is None and not pattern_hooks:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    rows, H, P, dh = q.shape
+    scale = 1 / math.sqrt(dh)
+    causal = torch.ones(P, P, dtype=torch.bool, device=q.device).tril()
+    scores = (q @ k.transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))
+    S0 = 0
+    if past is not None:
+        kp, vp = past
+        n, S0 = kp.shape[0], kp.shape[2]
+        qg = q.view(n, repeat, H, P, dh).transpose(1, 2).reshape(n, H, repeat * P, dh)
+        sp = (qg @ kp.transpose(-1, -2) * scale).view(n, H, repeat, P, S0).transpose(1, 2)
+        scores = torch.cat([sp.reshape(rows, H, P, S0), scores], -1)
+    pattern = scores.softmax(-1)
+    for name, fn in pattern_hooks or ():
+        out = fn(pattern, hook=_Hook(name, layer))
+        pattern = pattern if out is None else out
+    z = pattern[..., S0:] @ v
+    if past is not None:
+        pg = pattern[..., :S0].reshape(n, repeat, H, P, S0).transpose(1, 2).reshape(n, H, repeat * P, S0)
+        z = z + (pg @ vp).view(n, H, repeat, P, dh).transpose(1, 2).reshape(rows, H, P, dh)
+    return z

@@ -1,0 +1,118 @@
+"""The fast path (fused.forward, train_step, train_many) against the HookedTransformer itself."""
+
+import pytest
+import torch
+
+import selector_lens as sl
+from selector_lens import fused
+from selector_lens.trainer import train_many, train_step
+
+from .conftest import tiny
+
+TASK = sl.SelectorTask(k=5, n_bases=20)
+
+
+def trained_like(cfg: sl.ModelConfig, seed: int):
+    """A model whose weights are off their initialisation (biases and LN gains too)."""
+    model = sl.build_model(cfg, TASK, seed)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    return model
+
+
+@pytest.mark.parametrize("act_fn,norm", [("gelu", "LN"), ("gelu_new", "LN"), ("relu", None), ("silu", "LN")])
+def test_fused_forward_equals_hooked_transformer(act_fn, norm):
+    model = trained_like(sl.ModelConfig(n_layers=2, act_fn=act_fn, normalization_type=norm), 1)
+    x = TASK.generate().tokens
+    assert fused.supports(model)
+    torch.testing.assert_close(fused.forward(model, x), model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_cached_passes_and_shared_past_equal_the_full_forward():
+    model = trained_like(sl.ModelConfig(n_layers=2), 2)
+    x = TASK.generate().tokens[:12]
+    full = model(x)
+    _, kv = fused.forward(model, x[:, :8], keep_kv=True)
+    mid, kv2 = fused.forward(model, x[:, 8:11], past=kv, keep_kv=True)
+    torch.testing.assert_close(mid, full[:, 8:11], atol=1e-5, rtol=1e-5)
+    # rows 0..3 each serve 3 continuation rows: the same prefix, three different targets
+    prefix = [(torch.cat([a, b], 2)[:4], torch.cat([c, d], 2)[:4]) for (a, c), (b, d) in zip(kv, kv2)]
+    targets = x[:12, 11:]  # 12 continuations, 3 per prefix row
+    got = fused.forward(model, targets, past=prefix, past_repeat=3)
+    oracle = model(torch.cat([x[:4, :11].repeat_interleave(3, 0), targets], 1))[:, 11:]
+    torch.testing.assert_close(got, oracle, atol=1e-5, rtol=1e-5)
+
+
+def test_hooks_see_and_change_what_transformer_lens_hooks_do():
+    model = trained_like(sl.ModelConfig(n_layers=2), 3)
+    x = TASK.generate().tokens[:6]
+    seen = {}
+
+    def zero_head(z, hook):
+        z[:, :, 1] = 0.0
+        return z
+
+    def keep(pattern, hook):
+        seen[hook.name] = pattern.clone()
+
+    hooks = [("blocks.1.attn.hook_z", zero_head), ("blocks.0.attn.hook_pattern", keep)]
+    got = fused.forward(model, x, fwd_hooks=hooks)
+    want = model.run_with_hooks(x, fwd_hooks=[("blocks.1.attn.hook_z", zero_head)])
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    _, cache = model.run_with_cache(x)
+    torch.testing.assert_close(seen["blocks.0.attn.hook_pattern"], cache["blocks.0.attn.hook_pattern"], atol=1e-6, rtol=1e-5)
+
+
+def test_attached_hooks_and_unknown_hook_points_are_refused():
+    model = sl.build_model(sl.ModelConfig(n_layers=1), TASK)
+    x = TASK.generate().tokens[:2]
+    with pytest.raises(ValueError, match="hook_resid_pre"):
+        fused.forward(model, x, fwd_hooks=[("blocks.0.hook_resid_pre", lambda t, hook: t)])
+    with model.hooks(fwd_hooks=[("blocks.0.hook_resid_pre", lambda t, hook: t)]):
+        with pytest.raises(sl.SelectorLensError, match="hooks attached"):
+            fused.forward(model, x)
+
+
+def test_model_config_refuses_what_the_fused_path_cannot_run():
+    with pytest.raises(sl.SelectorLensError, match="act_fn"):
+        sl.ModelConfig(act_fn="solu_ln")
+    with pytest.raises(sl.SelectorLensError, match="normalization_type"):
+        sl.ModelConfig(normalization_type="RMS")
+
+
+def test_train_step_gradients_equal_the_hooked_transformer_loss_gradients():
+    model = trained_like(sl.ModelConfig(n_layers=2), 4)
+    x = TASK.generate().tokens[:16]
+    first = TASK.first_target_pos
+    logits = model(x)[:, first:-1]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, first + 1 :].reshape(-1))
+    want = torch.autograd.grad(loss, list(model.parameters()))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: keep the weights, look at the grads
+    got_loss = train_step([model], [opt], x[None], first, grad_clip=0.0)
+    assert got_loss.item() == pytest.approx(loss.item(), abs=1e-6)
+    for (name, p), g in zip(model.named_parameters(), want):
+        torch.testing.assert_close(p.grad, g, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_batched_models_train_like_separate_runs(tmp_path):
+    cfgs = [tiny(seed=s, steps=30, lr=l) for s, l in ((1, 3e-3), (2, 1e-3))]
+    together = train_many(cfgs, [tmp_path / "a", tmp_path / "b"])
+    apart = [sl.train(c, out=tmp_path / f"solo{i}") for i, c in enumerate(cfgs)]
+    for t, a in zip(together, apart):
+        rt, ra = t.metric_rows(), a.metric_rows()
+        assert [r["step"] for r in rt] == [r["step"] for r in ra]
+        for x, y in zip(rt, ra):
+            assert x["loss"] == pytest.approx(y["loss"], abs=1e-4)
+            assert x["candidate_loss"] == pytest.approx(y["candidate_loss"], abs=1e-4)
+        wt, wa = t.model_at(30).state_dict(), a.model_at(30).state_dict()
+        for k in wt:
+            if k.endswith("b_K"):  # softmax ignores a key bias: its gradient is rounding noise, which Adam scales up
+                continue
+            torch.testing.assert_close(wt[k], wa[k], atol=1e-4, rtol=1e-3, msg=k)
+
+
+def test_batched_runs_must_share_a_shape(tmp_path):
+    with pytest.raises(sl.SelectorLensError, match="same model"):
+        train_many([tiny(), tiny(model={"d_mlp": 32})], [tmp_path / "a", tmp_path / "b"])
