@@ -87,6 +87,16 @@ def test_attention_patch_cascade_json(tiny_run):
     assert json.loads(casc.stdout)["routing_head"] in {"L0H0", "L0H1"}
 
 
+def test_landscape_json_and_bad_sample(tiny_run):
+    out = cli("landscape", "--run", str(tiny_run), "--step", "60", "--sample", "16", "--power-iters", "5",
+              "--lanczos-iters", "5", "--top-k", "2", "--noise-batches", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    (rec,) = json.loads(out.stdout)
+    assert rec["step"] == 60 and rec["sample"] == 16 and rec["top_k"] == 2 and rec["lambda_max"] > 0
+    bad = cli("landscape", "--run", str(tiny_run), "--step", "60", "--sample", "0")
+    assert bad.returncode == 2 and "sample size must be >= 1" in bad.stderr
+
+
 def test_empty_and_missing_runs(tmp_path):
     missing = cli("ablate-head", "--run", str(tmp_path / "nope"), "--layer", "0", "--head", "0")
     assert missing.returncode == 2 and "not a run directory" in missing.stderr

@@ -295,6 +295,39 @@ def patch(
                 for i in wide.index])
 
 
+@app.command(epilog="Examples:\n\n  selector-lens landscape --run checkpoints/k10            # pre, mid, post and final\n\n"
+             "  selector-lens landscape --run checkpoints/k10 --step 400 --sample 1024 --json")
+def landscape(
+    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    step: Optional[int] = typer.Option(None, help="One checkpoint step."),
+    phase: Optional[str] = typer.Option(None, help="pre (τ/4) | mid (3τ/4) | post (1.5τ) | final."),
+    every: Optional[int] = typer.Option(None, help="Every n-th checkpoint."),
+    sample: int = typer.Option(512, help="Examples in the fixed, seeded subsample the loss is taken on."),
+    power_iters: int = typer.Option(30, help="Power-iteration steps for λmax."),
+    lanczos_iters: int = typer.Option(30, help="Lanczos steps (λmin, top eigenvectors)."),
+    top_k: int = typer.Option(5, help="Top eigen-directions for the gradient-noise share."),
+    noise_batches: int = typer.Option(8, help="Minibatches (of the run's batch size) for the noise share."),
+    seed: int = typer.Option(0),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON records."),
+):
+    """Hessian λmax / λmin and the gradient-noise share along the top curvature directions."""
+    from .landscape import landscape as measure
+
+    r = _open_run(run)
+    labelled = _steps(r, step, phase, every)
+    df = measure(r, [s for _, s in labelled], sample, seed, power_iters=power_iters,
+                 lanczos_iters=lanczos_iters, top_k=top_k, noise_batches=noise_batches)
+    label = {s: lab for lab, s in labelled}
+    df.insert(1, "phase", [label.get(int(s)) for s in df.step])
+    if json_out:
+        _json(df.to_dict(orient="records"))
+        return
+    _table(f"{r.path}: loss landscape on {sample} examples",
+           ["step", "phase", "loss", "λmax", "λmin", "λmax/|λmin|", f"noise on top {top_k}", "random"],
+           [[int(x.step), x.phase, x.loss, x.lambda_max, x.lambda_min, x.ratio, x.noise_share_top, x.random_share]
+            for x in df.itertuples()])
+
+
 @app.command(epilog="Examples:\n\n  selector-lens dashboard -o k10.html\n\n"
              "  selector-lens dashboard --run checkpoints/k10 -o k10.html --no-ablation --open")
 def dashboard(

@@ -1,0 +1,171 @@
+"""Loss geometry from Hessian-vector products (science.md claim 5).
+
+The loss is the training loss (target tokens and EOS) on a fixed, seeded subsample of the
+training set; its size is a parameter and goes into every result, because curvature estimates
+depend on it. λmax comes from power iteration, λmin (and a second λmax) from Lanczos with full
+reorthogonalisation; the top Lanczos eigenvectors then say which share of the minibatch gradient
+noise lies along the high-curvature directions. Products go through the HookedTransformer's own
+forward (double backward), so the geometry is that of the reference model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .errors import SelectorLensError
+
+DEFAULT_SAMPLE = 512
+
+
+def subsample(n_examples: int, size: int, seed: int) -> torch.Tensor:
+    """A fixed, seeded set of example indices (all of them if size >= n_examples)."""
+    if size < 1:
+        raise SelectorLensError(f"the landscape sample size must be >= 1, got {size}")
+    if size >= n_examples:
+        return torch.arange(n_examples)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randperm(n_examples, generator=g)[:size].sort().values
+
+
+def target_loss(model, tokens: torch.Tensor, first: int) -> torch.Tensor:
+    """The training loss: next-token cross-entropy on the target tokens and EOS."""
+    logits = model(tokens)[:, first:-1]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, first + 1 :].reshape(-1))
+
+
+class Curvature:
+    """Hessian-vector products of `loss_fn()` with respect to `params` (flat vectors)."""
+
+    def __init__(self, params, loss_fn):
+        self.params = [p for p in params if p.requires_grad]
+        self.loss_fn = loss_fn
+        self.n = sum(p.numel() for p in self.params)
+        self.calls = 0
+
+    def _flat(self, tensors) -> torch.Tensor:
+        return torch.cat([t.reshape(-1) for t in tensors])
+
+    def _split(self, v: torch.Tensor):
+        out, i = [], 0
+        for p in self.params:
+            out.append(v[i : i + p.numel()].view_as(p))
+            i += p.numel()
+        return out
+
+    def gradient(self, loss_fn=None) -> torch.Tensor:
+        loss = (loss_fn or self.loss_fn)()
+        return self._flat(torch.autograd.grad(loss, self.params)).detach()
+
+    def hvp(self, v: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        grads = torch.autograd.grad(self.loss_fn(), self.params, create_graph=True)
+        hv = torch.autograd.grad(grads, self.params, grad_outputs=self._split(v))
+        return self._flat(hv).detach()
+
+
+def power_iteration(curv: Curvature, iters: int = 30, seed: int = 0, shift: float = 0.0, tol: float = 1e-4):
+    """Dominant eigenvalue of H - shift I (and its vector) by power iteration."""
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(curv.n, generator=g)
+    v /= v.norm()
+    lam = 0.0
+    for _ in range(iters):
+        w = curv.hvp(v) - shift * v
+        new = float(v @ w)
+        norm = w.norm()
+        if norm == 0:
+            return 0.0, v
+        v = w / norm
+        if abs(new - lam) <= tol * max(abs(new), 1e-12):
+            lam = new
+            break
+        lam = new
+    return lam + shift, v
+
+
+def lanczos(curv: Curvature, iters: int = 30, seed: int = 0):
+    """Ritz values (ascending) and vectors [k, n] of H from `iters` Lanczos steps with full
+    reorthogonalisation: the extreme ones converge first, both ends at once."""
+    g = torch.Generator().manual_seed(seed)
+    m = min(iters, curv.n)
+    Q = torch.zeros(m, curv.n, dtype=torch.float64)
+    alpha, beta = [], []
+    q = torch.randn(curv.n, generator=g, dtype=torch.float64)
+    q /= q.norm()
+    for j in range(m):
+        Q[j] = q
+        w = curv.hvp(q.float()).double()
+        a = float(q @ w)
+        w -= a * q + (beta[-1] * Q[j - 1] if j else 0)
+        w -= Q[: j + 1].T @ (Q[: j + 1] @ w)  # full reorthogonalisation, twice is enough
+        w -= Q[: j + 1].T @ (Q[: j + 1] @ w)
+        alpha.append(a)
+        b = float(w.norm())
+        if j == m - 1 or b < 1e-10:
+            break
+        beta.append(b)
+        q = w / b
+    k = len(alpha)
+    T = torch.diag(torch.tensor(alpha, dtype=torch.float64))
+    if k > 1:
+        off = torch.tensor(beta[: k - 1], dtype=torch.float64)
+        T += torch.diag(off, 1) + torch.diag(off, -1)
+    vals, vecs = torch.linalg.eigh(T)
+    return vals, (vecs.T @ Q[:k]).float()
+
+
+def noise_share(curv: Curvature, directions: torch.Tensor, batch_losses) -> dict:
+    """Share of the minibatch gradient noise (g_batch - g_sample) along `directions` [k, n]
+    (orthonormal), against the share a random k-dimensional subspace would get (k / n)."""
+    mean = curv.gradient()
+    along = total = 0.0
+    for loss_fn in batch_losses:
+        noise = curv.gradient(loss_fn) - mean
+        along += float((directions @ noise).pow(2).sum())
+        total += float(noise.pow(2).sum())
+    return {"noise_share_top": along / total if total > 0 else float("nan"),
+            "random_share": len(directions) / curv.n}
+
+
+def measure(model, tokens: torch.Tensor, first: int, sample: int = DEFAULT_SAMPLE, seed: int = 0,
+            power_iters: int = 30, lanczos_iters: int = 30, top_k: int = 5, noise_batches: int = 8,
+            batch_size: int = 128) -> dict:
+    """Curvature at one point: λmax (power iteration and Lanczos), λmin (Lanczos), their ratio,
+    and the gradient-noise share along the top `top_k` eigen-directions (minibatches of
+    `batch_size` drawn, seeded, from the same subsample)."""
+    idx = subsample(len(tokens), sample, seed)
+    x = tokens[idx]
+    curv = Curvature(model.parameters(), lambda: target_loss(model, x, first))
+    lam_power, _ = power_iteration(curv, power_iters, seed)
+    vals, vecs = lanczos(curv, lanczos_iters, seed + 1)
+    lam_min, lam_max = float(vals[0]), float(vals[-1])
+    g = torch.Generator().manual_seed(seed + 2)
+    batches = [x[torch.randint(len(x), (min(batch_size, len(x)),), generator=g)] for _ in range(noise_batches)]
+    top = vecs[torch.argsort(vals, descending=True)[: max(1, min(top_k, len(vals)))]]
+    share = noise_share(curv, top, [(lambda b=b: target_loss(model, b, first)) for b in batches])
+    return {
+        "sample": len(x), "lambda_max": lam_power, "lambda_max_lanczos": lam_max, "lambda_min": lam_min,
+        "ratio": lam_power / abs(lam_min) if lam_min != 0 else math.inf,
+        "loss": float(target_loss(model, x, first).detach()), "grad_norm": float(curv.gradient().norm()),
+        "top_k": len(top), "noise_batch": batches[0].shape[0], **share, "hvps": curv.calls,
+    }
+
+
+def landscape(run, steps=None, sample: int = DEFAULT_SAMPLE, seed: int = 0, **kw):
+    """`measure` at each selected checkpoint of a run (default: the phases); one row per step."""
+    import pandas as pd
+
+    cfg = run.config
+    if cfg.task.direction not in ("bz_to_a", "b_to_a", "a_to_b", "az_to_b"):
+        raise SelectorLensError(f"unknown direction {cfg.task.direction!r}")
+    if steps is None:
+        steps = sorted(set(run.phases().values()))
+    tokens = run.task_data.tokens
+    rows = []
+    for step, model in run.series(list(steps)):
+        with torch.enable_grad():
+            row = measure(model, tokens, cfg.task.first_target_pos, sample, seed, batch_size=cfg.batch_size, **kw)
+        rows.append({"step": step, **row})
+    return pd.DataFrame(rows)

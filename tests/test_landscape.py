@@ -1,0 +1,86 @@
+"""Hessian-vector products, power iteration and Lanczos against the exact Hessian of a small model."""
+
+import pytest
+import torch
+from torch.func import functional_call
+
+import selector_lens as sl
+from selector_lens import landscape as ls
+
+from .conftest import tiny
+
+TASK = sl.SelectorTask(k=3, n_bases=8)
+FIRST = TASK.first_target_pos
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A 1-layer model with ~600 parameters, its data, and its exact Hessian (float64)."""
+    model = sl.build_model(sl.ModelConfig(n_layers=1, n_heads=1, d_model=4, d_head=4, d_mlp=8), TASK, 5)
+    x = TASK.generate().tokens
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    flat0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).double()
+
+    def loss_of(flat):
+        params, i = {}, 0
+        for n, s in zip(names, shapes):
+            params[n] = flat[i : i + s.numel()].view(s)
+            i += s.numel()
+        return ls.target_loss(lambda t: functional_call(model.double(), params, (t,)), x, FIRST)
+
+    H = torch.autograd.functional.hessian(loss_of, flat0)
+    model.float()
+    return model, x, H
+
+
+def test_hvp_is_the_hessian_times_the_vector(small):
+    model, x, H = small
+    curv = ls.Curvature(model.parameters(), lambda: ls.target_loss(model, x, FIRST))
+    v = torch.randn(curv.n, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(curv.hvp(v).double(), H @ v.double(), atol=1e-5, rtol=1e-3)
+
+
+def test_power_iteration_and_lanczos_find_the_extreme_eigenvalues(small):
+    model, x, H = small
+    eig = torch.linalg.eigvalsh(H)
+    curv = ls.Curvature(model.parameters(), lambda: ls.target_loss(model, x, FIRST))
+    lam, vec = ls.power_iteration(curv, iters=500, tol=1e-7)
+    assert lam == pytest.approx(float(eig[-1]), rel=1e-3)
+    assert float(vec.double() @ H @ vec.double()) == pytest.approx(float(eig[-1]), rel=1e-3)
+    vals, vecs = ls.lanczos(curv, iters=120)
+    assert float(vals[-1]) == pytest.approx(float(eig[-1]), rel=1e-4)
+    assert float(vals[0]) == pytest.approx(float(eig[0]), rel=1e-3, abs=1e-5)
+    assert eig[0] < 0 < eig[-1]  # a random point of this loss is a saddle: both ends are seen
+    top = vecs[-1].double()
+    assert float(top @ H @ top) == pytest.approx(float(eig[-1]), rel=1e-3)
+    # shifted power iteration reaches the other end too
+    low, _ = ls.power_iteration(curv, iters=3000, shift=float(eig[-1]), tol=1e-9)
+    assert low == pytest.approx(float(eig[0]), rel=2e-2, abs=1e-4)
+
+
+def test_noise_share_along_the_top_direction_matches_the_exact_projection(small):
+    model, x, H = small
+    evals, evecs = torch.linalg.eigh(H)
+    top = evecs[:, -1:].T.float()  # exact top eigenvector
+    curv = ls.Curvature(model.parameters(), lambda: ls.target_loss(model, x, FIRST))
+    batches = [x[:5], x[5:12], x[12:]]
+    got = ls.noise_share(curv, top, [(lambda b=b: ls.target_loss(model, b, FIRST)) for b in batches])
+    mean = curv.gradient().double()
+    noise = [curv.gradient(lambda b=b: ls.target_loss(model, b, FIRST)).double() - mean for b in batches]
+    want = sum(float((top.double() @ n) ** 2) for n in noise) / sum(float(n @ n) for n in noise)
+    assert got["noise_share_top"] == pytest.approx(want, rel=1e-5)
+    assert got["random_share"] == pytest.approx(1 / curv.n)
+
+
+def test_landscape_of_a_run_reports_its_sample_and_geometry(tmp_path):
+    run = sl.train(tiny(steps=20, early_stop=False), out=tmp_path / "r")
+    df = ls.landscape(run, steps=[0, 20], sample=24, power_iters=10, lanczos_iters=10, top_k=2, noise_batches=3)
+    assert list(df.step) == [0, 20] and (df["sample"] == 24).all() and (df.noise_batch == 16).all()
+    assert (df.lambda_max > 0).all() and (df.lambda_min <= df.lambda_max).all()
+    assert (df.lambda_max_lanczos <= df.lambda_max * 1.05).all()
+    assert ((df.noise_share_top >= 0) & (df.noise_share_top <= 1)).all()
+    with pytest.raises(sl.SelectorLensError, match="sample size"):
+        ls.landscape(run, steps=[0], sample=0)
+    with pytest.raises(sl.SelectorLensError, match="no checkpoint"):
+        ls.landscape(run, steps=[7])
