@@ -365,7 +365,7 @@ def sweep(
     spec: Optional[Path] = typer.Argument(None, help="YAML spec with `base:` and `grid:` (optional with --grid)."),
     grid: list[str] = typer.Option([], help="key=v1,v2,... (repeatable; overrides the spec's grid)."),
     out: Optional[Path] = typer.Option(None, help="Sweep directory (default: checkpoints/sweeps/<spec name>)."),
-    executor: str = typer.Option("local", help="local (process pool) | ray."),
+    executor: str = typer.Option("local", help="local (process pool) | ray | batched (runs of one shape as one batched model: for a GPU)."),
     workers: Optional[int] = typer.Option(None, help="Concurrent runs (default: one per core)."),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: a local Ray instance)."),
     json_out: bool = typer.Option(False, "--json"),

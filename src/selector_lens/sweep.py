@@ -6,9 +6,11 @@ flat field names of SelectorTask, ModelConfig and TrainConfig (`k`, `n_bases`, `
 its points) and one run directory per point; finished runs are skipped, killed ones resumed,
 failed ones recorded in their `error.json` without stopping the others.
 
-Executors: `local` (a process pool; torch threads per run = cores / workers) and `ray` (the same
+Executors: `local` (a process pool; torch threads per run = cores / workers), `ray` (the same
 jobs as Ray tasks; without an address a local Ray instance, with one a cluster: the sweep
-directory must then be on storage every node sees).
+directory must then be on storage every node sees) and `batched` (one process trains the points
+that share a model shape and batch size together, as one batched model: `trainer.train_many`;
+the way to fill one GPU with a sweep's small models, `--device cuda`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .config import ModelConfig, TrainConfig
 from .errors import SelectorLensError
 from .task import SelectorTask
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("local", "ray", "batched")
 _TASK = {f.name for f in fields(SelectorTask)}
 _MODEL = {f.name for f in fields(ModelConfig)}
 _TRAIN = {f.name for f in fields(TrainConfig)} - {"task", "model"}
@@ -175,6 +177,8 @@ def run_sweep(spec: SweepSpec, root, executor: str = "local", workers: int | Non
     jobs = [(p, str(root / n)) for p, n in zip(points, names)]
     if executor == "ray":
         return _run_ray(jobs, threads, address, progress)
+    if executor == "batched":
+        return _run_batched(jobs, workers, progress)
     return _run_local(jobs, workers, threads, progress)
 
 
@@ -231,6 +235,39 @@ def _run_local(jobs, workers: int, threads: int, progress: bool) -> list[dict]:
         for fut in as_completed(futures):
             pending -= 1
             board.add(fut.result(), min(workers, pending))
+    board.close()
+    return sorted(board.results, key=lambda r: r["run"])
+
+
+def _run_batched(jobs, per_batch: int | None, progress: bool) -> list[dict]:
+    """Train compatible points together (`train_many`), at most `per_batch` at a time (default:
+    all). A group that fails is retried point by point, so one bad point fails alone."""
+    from .runs import Run
+    from .trainer import train_many
+
+    board = _Board(len(jobs), progress)
+    todo = []
+    for p, out in jobs:
+        if (Path(out) / "run.json").is_file() and Run.open(out).status in ("finished", "early_stopped"):
+            board.add({"run": out, "outcome": "skipped"}, 0)
+        else:
+            todo.append((make_config(p), p, out))
+    groups: dict = {}
+    for cfg, p, out in todo:
+        key = (cfg.model, cfg.task.seq_len, cfg.task.first_target_pos, cfg.batch_size, cfg.grad_clip, cfg.device)
+        groups.setdefault(key, []).append((cfg, p, out))
+    for members in groups.values():
+        size = per_batch or len(members)
+        for i in range(0, len(members), size):
+            part = members[i : i + size]
+            try:
+                runs = train_many([c for c, _, _ in part], [out for _, _, out in part], resume=True)
+                for run, (_, _, out) in zip(runs, part):
+                    (Path(out) / "error.json").unlink(missing_ok=True)
+                    board.add({"run": out, "outcome": "done", "tau": run.tau()}, 0)
+            except Exception:
+                for _, p, out in part:
+                    board.add(run_point(p, out, os.cpu_count() or 1), 0)
     board.close()
     return sorted(board.results, key=lambda r: r["run"])
 
