@@ -419,6 +419,32 @@ def fit(
     _table("power-law fits (95% bootstrap CI); paper: α_D = 1.19 [1.14, 1.31], α_K ≈ 0", ["fit", "exponent", "R²", "points"], rows)
 
 
+@app.command(epilog="Examples:\n\n  selector-lens reproduce --scale cpu -o report.html\n\n"
+             "  selector-lens reproduce --scale paper --executor ray -o paper.html   # hours to days")
+def reproduce(
+    scale: str = typer.Option("cpu", help="cpu (this two-core machine, ~30 min) | paper (the paper's grids) | tiny."),
+    output: Path = typer.Option(Path("report.html"), "-o", "--output", help="The HTML report to write."),
+    root: Optional[Path] = typer.Option(None, help="Where the runs go (default checkpoints/reproduce/<scale>)."),
+    executor: str = typer.Option("local", help="local | ray | batched (see `sweep`)."),
+    workers: Optional[int] = typer.Option(None, help="Parallel runs (default: one per core)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the claims as JSON."),
+):
+    """Run (or reuse) every study and write one report: each claim, the paper's number, ours, a verdict."""
+    from .studies import PRESETS, reproduce as run_all
+    from .sweep import EXECUTORS
+
+    if scale not in PRESETS["seeds"]:
+        raise SelectorLensError(f"unknown scale {scale!r}; choose one of {', '.join(PRESETS['seeds'])}")
+    if executor not in EXECUTORS:
+        raise SelectorLensError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    summary = run_all(scale, root, output, executor, workers)
+    if json_out:
+        _json(summary)
+        return
+    _table(f"reproduce --scale {scale}: {summary['wall_s'] / 60:.1f} min; report {output}",
+           ["#", "claim", "verdict"], [[c["number"], c["title"], c["verdict"]] for c in summary["claims"]])
+
+
 @app.command(epilog="Examples:\n\n  selector-lens prune --run checkpoints/k10            # what would go\n\n"
              "  selector-lens prune --run checkpoints/k10 --thin-every 8 --yes")
 def prune(

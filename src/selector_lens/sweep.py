@@ -299,7 +299,8 @@ def _run_ray(jobs, threads: int, address: str | None, progress: bool) -> list[di
 def study_args(doc: str, presets: dict, name: str):
     """The command line shared by the analyses/ studies: --scale, --executor, --workers, --out.
 
-    Returns (args, the chosen preset); `args.out` defaults to checkpoints/sweeps/<name>-<scale>.
+    Returns (args, the chosen preset); `args.out` defaults to checkpoints/reproduce/<scale>/<name>,
+    where `selector-lens reproduce` looks for (and reuses) the same runs.
     """
     import argparse
 
@@ -309,5 +310,5 @@ def study_args(doc: str, presets: dict, name: str):
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    args.out = args.out or Path("checkpoints") / "sweeps" / f"{name}-{args.scale}"
+    args.out = args.out or Path("checkpoints") / "reproduce" / args.scale / name
     return args, presets[args.scale]
