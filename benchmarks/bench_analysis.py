@@ -2,6 +2,8 @@
 
 One pass over every checkpoint computing attention to z, Δz and one head's mean ablation:
 (a) recomputing the clean metrics, (b) reading them from metrics.jsonl as the toolkit does.
+Training time, measured in this same process (the run's recorded wall time may have shared the
+machine): its steps x one training step + its evals x one evaluation, at the run's settings.
 Usage: python benchmarks/bench_analysis.py [RUN_DIR]   (default: the latest run under checkpoints/)
 """
 
@@ -10,8 +12,29 @@ from __future__ import annotations
 import sys
 import time
 
+import torch
+
 import selector_lens as sl
 from selector_lens.interventions.ablation import head_ablation
+from selector_lens.trainer import BatchOrder, train_step
+
+from bench_core import timed  # benchmarks/ is on sys.path when run as a script
+
+
+def training_seconds(run) -> float:
+    """The run's training time re-measured here: steps x step time + evals x eval time."""
+    cfg = run.config
+    model = sl.build_model(cfg.model, cfg.task, cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    tokens = run.task_data.tokens
+    order = BatchOrder(len(tokens), cfg.batch_size, cfg.seed)
+    it = iter(range(1, 10**9))
+    step_s = timed(lambda: train_step([model], [opt], tokens[order.indices(next(it))][None],
+                                      cfg.task.first_target_pos, cfg.grad_clip), 20)
+    es = run.eval_set()
+    eval_s = timed(lambda: sl.evaluate(model, es), 2)
+    rows = run.metric_rows()
+    return rows[-1]["step"] * step_s + len(rows) * eval_s
 
 
 def main() -> None:
@@ -21,7 +44,8 @@ def main() -> None:
         print(f"bench_analysis: skipped ({e})")
         return
     summary = run.info.get("summary") or {}
-    train_s = summary.get("wall_time_s")
+    recorded = summary.get("wall_time_s")
+    train_s = training_seconds(run)
     head = (0, 0)
     es = run.eval_set()
     steps = run.steps
@@ -34,8 +58,8 @@ def main() -> None:
     sl.attention_to_z(run)
     sl.ablate_heads(run, [head], "mean", steps)
     stored = time.perf_counter() - t
-    print(f"run {run.path}: {len(steps)} checkpoints, training wall time {train_s:.0f} s" if train_s else
-          f"run {run.path}: {len(steps)} checkpoints (no training time recorded)")
+    print(f"run {run.path}: {len(steps)} checkpoints; training re-measured here {train_s:.0f} s "
+          f"(recorded wall time {recorded if recorded is None else round(recorded)} s)")
     for name, secs in (("recomputing clean metrics", recomputed), ("clean metrics from metrics.jsonl", stored)):
         ratio = f" = {secs / train_s:.2f} x training" if train_s else ""
         print(f"attention + Δz + one head's mean ablation, {name}: {secs:7.1f} s{ratio}")

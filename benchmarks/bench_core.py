@@ -1,8 +1,9 @@
 """Core costs of the toolkit at the paper's scale, measured in one run (compare ratios, not seconds).
 
-Prints: ms per training step (paper model, batch 128), one dense evaluation at the default
-eval set and with --eval-groups all (K=10, n_bases=1000, D=10,000), evaluation cost as a
-fraction of the training it sits between (eval_every=50), checkpoint size, CLI --help latency.
+Prints: ms per training step (paper model, batch 128), four seeds as one batched step, one dense
+evaluation at the default eval set (100 groups), at 200 groups and with --eval-groups all (K=10,
+n_bases=1000, D=10,000), evaluation cost as a fraction of the training it sits between
+(eval_every=50), checkpoint size, CLI --help latency.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     model.eval()
     es_default, es_all = make_eval_set(data, "auto", cfg.seed), make_eval_set(data, "all", cfg.seed)
+    es_200 = make_eval_set(data, 200, cfg.seed)
     eval_default = timed(lambda: sl.evaluate(model, es_default), 3)
+    eval_200 = timed(lambda: sl.evaluate(model, es_200), 3)
     eval_all = timed(lambda: sl.evaluate(model, es_all), 1)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "step.safetensors"
@@ -67,6 +70,8 @@ def main() -> None:
     print(f"4 runs as one batched step         {batched_s * 1e3:8.1f} ms   = {batched_s / (4 * step_s):.2f} x four single steps")
     print(f"eval, default set ({len(es_default.tokens):>5} examples)  {eval_default:8.2f} s   "
           f"= {eval_default / between:.2f} x the {cfg.eval_every} steps between evals")
+    print(f"eval, --eval-groups 200 ({len(es_200.tokens)})  {eval_200:8.2f} s   "
+          f"= {eval_200 / between:.2f} x the {cfg.eval_every} steps between evals")
     print(f"eval, --eval-groups all ({len(es_all.tokens)})  {eval_all:8.2f} s   "
           f"= {eval_all / between:.2f} x the {cfg.eval_every} steps between evals")
     print(f"checkpoint                         {ckpt_mb:8.2f} MB  (x {6000 // cfg.ckpt_every + 1} for 6000 steps "

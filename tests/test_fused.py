@@ -61,6 +61,12 @@ def test_hooks_see_and_change_what_transformer_lens_hooks_do():
     got = fused.forward(model, x, fwd_hooks=hooks)
     want = model.run_with_hooks(x, fwd_hooks=[("blocks.1.attn.hook_z", zero_head)])
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+    def zero_in_place(z, hook):  # edits in place and returns None: TransformerLens keeps the edit
+        z[:, :, 1] = 0.0
+
+    torch.testing.assert_close(fused.forward(model, x, fwd_hooks=[("blocks.1.attn.hook_z", zero_in_place)]), want,
+                               atol=1e-5, rtol=1e-5)
     _, cache = model.run_with_cache(x)
     torch.testing.assert_close(seen["blocks.0.attn.hook_pattern"], cache["blocks.0.attn.hook_pattern"], atol=1e-6, rtol=1e-5)
 

@@ -140,7 +140,8 @@ def forward(models, tokens: torch.Tensor, past=None, past_repeat: int = 1, fwd_h
         z = _attention(q, k, v, None if past is None else past[layer], past_repeat, hooks.get((layer, "pattern")), layer)
         z = z.transpose(1, 2)  # [M*B, P, H, dh], TransformerLens's hook_z layout
         for name, fn in hooks.get((layer, "z"), ()):
-            out = fn(z.contiguous(), hook=_Hook(name, layer))
+            z = z.contiguous()  # a hook may edit it in place and return None, as in TransformerLens
+            out = fn(z, hook=_Hook(name, layer))
             z = z if out is None else out
         W_O = _stack(a, lambda t: t.W_O.reshape(H * dh, d))
         x = x + _linear(z.reshape(M, B, P, H * dh), W_O, _stack(a, lambda t: t.b_O))

@@ -132,7 +132,8 @@ def noise_share(curv: Curvature, directions: torch.Tensor, batch_losses) -> dict
 def measure(model, tokens: torch.Tensor, first: int, sample: int = DEFAULT_SAMPLE, seed: int = 0,
             power_iters: int = 30, lanczos_iters: int = 30, top_k: int = 5, noise_batches: int = 8,
             batch_size: int = 128) -> dict:
-    """Curvature at one point: λmax (power iteration and Lanczos), λmin (Lanczos), their ratio,
+    """Curvature at one point: λmax (the larger of power iteration's and Lanczos's estimates, both
+    lower bounds), λmin (Lanczos, an upper bound: the true one is at most this), their ratio,
     and the gradient-noise share along the top `top_k` eigen-directions (minibatches of
     `batch_size` drawn, seeded, from the same subsample)."""
     idx = subsample(len(tokens), sample, seed)
@@ -140,14 +141,15 @@ def measure(model, tokens: torch.Tensor, first: int, sample: int = DEFAULT_SAMPL
     curv = Curvature(model.parameters(), lambda: target_loss(model, x, first))
     lam_power, _ = power_iteration(curv, power_iters, seed)
     vals, vecs = lanczos(curv, lanczos_iters, seed + 1)
-    lam_min, lam_max = float(vals[0]), float(vals[-1])
+    lam_min, lam_lanczos = float(vals[0]), float(vals[-1])
+    lam_max = max(lam_power, lam_lanczos)  # both are Rayleigh quotients: the larger is nearer the truth
     g = torch.Generator().manual_seed(seed + 2)
     batches = [x[torch.randint(len(x), (min(batch_size, len(x)),), generator=g)] for _ in range(noise_batches)]
     top = vecs[torch.argsort(vals, descending=True)[: max(1, min(top_k, len(vals)))]]
     share = noise_share(curv, top, [(lambda b=b: target_loss(model, b, first)) for b in batches])
     return {
-        "sample": len(x), "lambda_max": lam_power, "lambda_max_lanczos": lam_max, "lambda_min": lam_min,
-        "ratio": lam_power / abs(lam_min) if lam_min != 0 else math.inf,
+        "sample": len(x), "lambda_max": lam_max, "lambda_max_power": lam_power, "lambda_max_lanczos": lam_lanczos,
+        "lambda_min": lam_min, "ratio": lam_max / abs(lam_min) if lam_min != 0 else math.inf,
         "loss": float(target_loss(model, x, first).detach()), "grad_norm": float(curv.gradient().norm()),
         "top_k": len(top), "noise_batch": batches[0].shape[0], **share, "hvps": curv.calls,
     }

@@ -1,0 +1,61 @@
+"""`selector-lens reproduce` end to end at the tiny scale (its verdicts mean nothing; its plumbing does)."""
+
+import json
+
+import pytest
+
+from selector_lens import studies
+
+from .test_cli import cli
+
+VERDICTS = {"reproduced", "partly", "not reproduced", "no result"}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repro")
+    out = cli("reproduce", "--scale", "tiny", "--executor", "batched", "--root", str(root), "-o",
+              str(root / "report.html"), "--json")
+    assert out.returncode == 0, out.stderr
+    return root, json.loads(out.stdout)
+
+
+def test_every_claim_has_paper_ours_verdict_and_settings(report):
+    root, summary = report
+    assert [c["number"] for c in summary["claims"]] == list(range(1, 9))
+    for c in summary["claims"]:
+        assert c["verdict"] in VERDICTS and c["paper"] and c["ours"] and c["settings"]
+    page = (root / "report.html").read_text()
+    assert page.count("<tr>") == 9 and "Falsified alternatives" in page
+    assert json.loads((root / "report.json").read_text())["claims"] == summary["claims"]
+
+
+def test_report_numbers_come_from_the_study_outputs(report):
+    root, summary = report
+    claims = {c["number"]: c for c in summary["claims"]}
+    fit = json.loads((root / "scaling" / "scaling.json").read_text())["fits"]["tau_vs_D"]
+    assert f"α_D = {fit['alpha']:.2f}" in claims[2]["ours"]
+    seeds = json.loads((root / "seeds" / "collective.json").read_text())["runs"]
+    assert [r["run"] for r in seeds] == ["seed1", "seed2"]
+    geo = json.loads((root / "seeds" / "geometry.json").read_text())
+    assert geo["settings"]["sample"] == studies.PRESETS["geometry"]["tiny"]["sample"]
+    assert all(r["sample"] == 24 for r in geo["rows"]) and f"{geo['rows'][0]['lambda_max']:.3g}" in claims[5]["ours"]
+    asym = json.loads((root / "asymmetry" / "asymmetry.json").read_text())
+    assert asym["definition"].endswith("0.95") and len(asym["per_seed"]) == 1
+
+
+def test_a_second_reproduce_reuses_the_runs(report):
+    root, first = report
+    again = cli("reproduce", "--scale", "tiny", "--executor", "batched", "--root", str(root), "-o",
+                str(root / "again.html"), "--json")
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert second["claims"] == first["claims"]  # same runs, same numbers
+    assert second["study_s"]["seed runs"] < first["study_s"]["seed runs"]
+
+
+def test_bad_scale_and_executor_are_one_line_errors(tmp_path):
+    out = cli("reproduce", "--scale", "huge", "--root", str(tmp_path))
+    assert out.returncode == 2 and "unknown scale 'huge'" in out.stderr
+    out = cli("reproduce", "--executor", "slurm", "--root", str(tmp_path))
+    assert out.returncode == 2 and "unknown executor 'slurm'" in out.stderr
