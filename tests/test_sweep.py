@@ -133,17 +133,24 @@ def test_killing_a_sweep_leaves_no_worker_behind(tmp_path):
     assert metrics.stat().st_size == size  # nothing is still training
 
 
-def test_batched_executor_trains_compatible_points_together(tmp_path):
-    """Two seeds and two K (same shapes) in one batched model; a cuda point fails alone."""
-    spec = SweepSpec({**TINY, "n_bases": 6}, {"k": [2, 3], "seed": [1, 2]})
+def test_batched_executor_trains_compatible_points_together(tmp_path, monkeypatch):
+    """Two seeds and three K (same shapes; D = 16, 24, 32 at batch 16: K=3's epochs end in a
+    batch of 8) in one batched model; a cuda point fails alone."""
+    from selector_lens import trainer
+
+    widths, real = [], trainer.train_step
+    monkeypatch.setattr(trainer, "train_step", lambda models, *a: widths.append(len(models)) or real(models, *a))
+    spec = SweepSpec({**TINY, "n_bases": 8}, {"k": [2, 3, 4], "seed": [1, 2]})
     results = run_sweep(spec, tmp_path / "b", executor="batched")
-    assert [r["outcome"] for r in results] == ["done"] * 4
-    solo = sl.train(make_config({**TINY, "n_bases": 6, "k": 3, "seed": 2}), out=tmp_path / "solo")
+    assert [r["outcome"] for r in results] == ["done"] * 6
+    assert max(widths) == 6 and min(widths) == 2  # all at once; split by batch rows when they differ
+    monkeypatch.setattr(trainer, "train_step", real)
+    solo = sl.train(make_config({**TINY, "n_bases": 8, "k": 3, "seed": 2}), out=tmp_path / "solo")
     got = sl.Run.open(tmp_path / "b" / "k3-seed2").metric_rows()
     assert [r["loss"] for r in got] == pytest.approx([r["loss"] for r in solo.metric_rows()], abs=1e-4)
     again = run_sweep(spec, tmp_path / "b", executor="batched")  # finished points are skipped
     assert {r["outcome"] for r in again} == {"skipped"}
-    bad = run_sweep(SweepSpec({**TINY, "n_bases": 6, "k": 3}, {"device": ["cpu", "cuda"]}), tmp_path / "c",
+    bad = run_sweep(SweepSpec({**TINY, "n_bases": 8, "k": 3}, {"device": ["cpu", "cuda"]}), tmp_path / "c",
                     executor="batched")
     if not __import__("torch").cuda.is_available():
         assert [r["outcome"] for r in bad] == ["done", "failed"] and "no CUDA device" in bad[1]["error"]

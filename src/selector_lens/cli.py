@@ -366,7 +366,7 @@ def sweep(
     grid: list[str] = typer.Option([], help="key=v1,v2,... (repeatable; overrides the spec's grid)."),
     out: Optional[Path] = typer.Option(None, help="Sweep directory (default: checkpoints/sweeps/<spec name>)."),
     executor: str = typer.Option("local", help="local (process pool) | ray | batched (runs of one shape as one batched model: for a GPU)."),
-    workers: Optional[int] = typer.Option(None, help="Concurrent runs (default: one per core)."),
+    workers: Optional[int] = typer.Option(None, help="Concurrent runs (default: one per core); batched: runs per batched model (default: all)."),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: a local Ray instance)."),
     json_out: bool = typer.Option(False, "--json"),
 ):

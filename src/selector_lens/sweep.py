@@ -171,14 +171,14 @@ def run_sweep(spec: SweepSpec, root, executor: str = "local", workers: int | Non
     if sweep_json.is_file() and json.loads(sweep_json.read_text())["points"] != record["points"]:
         raise SelectorLensError(f"{root} holds a different sweep; choose another directory")
     sweep_json.write_text(json.dumps(record, indent=1))
+    if executor == "batched":  # one process; `workers` caps the runs per batched model
+        return _run_batched([(p, str(root / n)) for p, n in zip(points, names)], workers, progress)
     cores = os.cpu_count() or 1
     workers = max(1, min(workers or cores, len(points)))
     threads = max(1, cores // workers)
     jobs = [(p, str(root / n)) for p, n in zip(points, names)]
     if executor == "ray":
         return _run_ray(jobs, threads, address, progress)
-    if executor == "batched":
-        return _run_batched(jobs, workers, progress)
     return _run_local(jobs, workers, threads, progress)
 
 
@@ -243,7 +243,7 @@ def _run_batched(jobs, per_batch: int | None, progress: bool) -> list[dict]:
     """Train compatible points together (`train_many`), at most `per_batch` at a time (default:
     all). A group that fails is retried point by point, so one bad point fails alone."""
     from .runs import Run
-    from .trainer import train_many
+    from .trainer import batch_key, train_many
 
     board = _Board(len(jobs), progress)
     todo = []
@@ -254,8 +254,7 @@ def _run_batched(jobs, per_batch: int | None, progress: bool) -> list[dict]:
             todo.append((make_config(p), p, out))
     groups: dict = {}
     for cfg, p, out in todo:
-        key = (cfg.model, cfg.task.seq_len, cfg.task.first_target_pos, cfg.batch_size, cfg.grad_clip, cfg.device)
-        groups.setdefault(key, []).append((cfg, p, out))
+        groups.setdefault(batch_key(cfg), []).append((cfg, p, out))
     for members in groups.values():
         size = per_batch or len(members)
         for i in range(0, len(members), size):

@@ -129,6 +129,11 @@ def _prepare(cfg: TrainConfig, out: Path, resume: bool) -> tuple[Run, bool]:
     return run, False
 
 
+def batch_key(cfg: TrainConfig) -> tuple:
+    """Runs with equal keys can train together as one batched model (`train_many`)."""
+    return (cfg.model, cfg.task.seq_len, cfg.task.first_target_pos, cfg.batch_size, cfg.grad_clip, cfg.device)
+
+
 def train(cfg: TrainConfig, out=None, resume: bool = False, progress: bool = False) -> Run:
     """Train (or resume) one run and return it. `out` defaults to checkpoints/<cfg.name>."""
     return train_many([cfg], [out], resume, progress)[0]
@@ -144,18 +149,24 @@ def train_many(cfgs, outs=None, resume: bool = False, progress: bool = False) ->
     """
     cfgs = list(cfgs)
     outs = list(outs) if outs is not None else [None] * len(cfgs)
-    key = lambda c: (c.model, c.task.seq_len, c.task.first_target_pos, c.batch_size, c.grad_clip, c.device)
-    if len({key(c) for c in cfgs}) > 1:
+    if len({batch_key(c) for c in cfgs}) > 1:
         raise SelectorLensError("train_many needs runs with the same model, sequence length, batch size, clipping and device")
-    states = [_RunState(c, o, resume, progress and len(cfgs) == 1) for c, o in zip(cfgs, outs)]
-    first, clip = cfgs[0].task.first_target_pos, cfgs[0].grad_clip
+    states = []
     try:
+        for c, o in zip(cfgs, outs):
+            states.append(_RunState(c, o, resume, progress and len(cfgs) == 1))
+        first, clip = cfgs[0].task.first_target_pos, cfgs[0].grad_clip
         active = [s for s in states if not s.done]
         while active:
-            batches = torch.stack([s.next_batch() for s in active])
-            losses = train_step([s.model for s in active], [s.opt for s in active], batches, first, clip)
-            for s, loss in zip(active, losses):
-                s.after_step(loss)
+            by_rows: dict[int, list] = {}  # an epoch's last batch is short when D % batch != 0
+            for s in active:
+                batch = s.next_batch()
+                by_rows.setdefault(len(batch), []).append((s, batch))
+            for members in by_rows.values():
+                losses = train_step([s.model for s, _ in members], [s.opt for s, _ in members],
+                                    torch.stack([b for _, b in members]), first, clip)
+                for (s, _), loss in zip(members, losses):
+                    s.after_step(loss)
             active = [s for s in active if not s.done]
     finally:
         for s in states:
