@@ -1,10 +1,10 @@
 """Dense evaluation over whole groups (science.md section 3), batched.
 
-Per chunk of examples, the prefix (BOS .. SEP) runs once with a key-value cache: the positions
-before z once for both the clean and the z-deranged prefix, the rest for each; the clean cache is
-then repeated for the K candidates, so each candidate costs only its own target tokens.
-Everything else (loss on A tokens and EOS, token accuracy, first-target loss, attention to z)
-falls out of those passes.
+Per chunk of whole groups, through `fused.forward` with a key-value cache: the positions before z
+once per group (its K examples share them), the rest of each example's clean and z-deranged
+prefix once, then every candidate's target tokens on its example's cached clean prefix (shared by
+the K candidates without copying it). Everything else (loss on A tokens and EOS, token accuracy,
+first-target loss, attention to z) falls out of those passes.
 """
 
 from __future__ import annotations
