@@ -53,7 +53,8 @@ PRESETS = {
                  "lr": [1e-3, 3e-3], "batch_size": [8, 16]},
     },
     "asymmetry": {
-        "cpu": {"base": {"k": 5, "n_bases": 200, "steps": 4000, "eval_every": 20, "ckpt_every": 1000,
+        # D = 4000: at D = 1000 both directions solve within ~120 steps, below what evals resolve
+        "cpu": {"base": {"k": 5, "n_bases": 800, "steps": 4000, "eval_every": 20, "ckpt_every": 1000,
                          "eval_groups": "50"}, "seeds": [1, 2, 3]},
         "paper": {"base": {"k": 10, "n_bases": 1000, "steps": 20000, "eval_every": 50, "ckpt_every": 500},
                   "seeds": [42, 43, 44, 45, 46]},
