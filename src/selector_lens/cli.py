@@ -422,7 +422,7 @@ def fit(
 @app.command(epilog="Examples:\n\n  selector-lens reproduce --scale cpu -o report.html\n\n"
              "  selector-lens reproduce --scale paper --executor ray -o paper.html   # hours to days")
 def reproduce(
-    scale: str = typer.Option("cpu", help="cpu (this two-core machine, ~30 min) | paper (the paper's grids) | tiny."),
+    scale: str = typer.Option("cpu", help="cpu (this two-core machine, ~40 min the first time) | paper (the paper's grids) | tiny."),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="The HTML report to write."),
     root: Optional[Path] = typer.Option(None, help="Where the runs go (default checkpoints/reproduce/<scale>)."),
     executor: str = typer.Option("local", help="local | ray | batched (see `sweep`)."),
