@@ -12,25 +12,16 @@ from __future__ import annotations
 import sys
 import time
 
-import torch
-
 import selector_lens as sl
 from selector_lens.interventions.ablation import head_ablation
-from selector_lens.trainer import BatchOrder, train_step
 
-from bench_core import timed  # benchmarks/ is on sys.path when run as a script
+from bench_core import timed, toolkit_steps  # benchmarks/ is on sys.path when run as a script
 
 
 def training_seconds(run) -> float:
     """The run's training time re-measured here: steps x step time + evals x eval time."""
-    cfg = run.config
-    model = sl.build_model(cfg.model, cfg.task, cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    tokens = run.task_data.tokens
-    order = BatchOrder(len(tokens), cfg.batch_size, cfg.seed)
-    it = iter(range(1, 10**9))
-    step_s = timed(lambda: train_step([model], [opt], tokens[order.indices(next(it))][None],
-                                      cfg.task.first_target_pos, cfg.grad_clip), 20)
+    (model,), step = toolkit_steps(run.config, run.task_data.tokens)
+    step_s = timed(step, 20)
     es = run.eval_set()
     eval_s = timed(lambda: sl.evaluate(model, es), 2)
     rows = run.metric_rows()

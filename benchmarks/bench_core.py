@@ -34,23 +34,28 @@ def timed(fn, repeat: int = 20) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
-    cfg = sl.TrainConfig(task=sl.SelectorTask(k=10, n_bases=1000))
-    data = cfg.task.generate()
-    model = sl.build_model(cfg.model, cfg.task, cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    order = BatchOrder(cfg.task.n_examples, cfg.batch_size, cfg.seed)
+def toolkit_steps(cfg: sl.TrainConfig, tokens: torch.Tensor, seeds=(None,)):
+    """Fresh models (one per seed; None = the config's) with their AdamW, and a function doing
+    one toolkit training step of all of them on the next batches of the run's data order."""
+    models = [sl.build_model(cfg.model, cfg.task, cfg.seed if s is None else s) for s in seeds]
+    opts = [torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in models]
+    order = BatchOrder(len(tokens), cfg.batch_size, cfg.seed)
     steps = iter(range(1, 10**9))
 
     def step():
-        train_step([model], [opt], data.tokens[order.indices(next(steps))][None], cfg.task.first_target_pos, cfg.grad_clip)
+        batches = torch.stack([tokens[order.indices(next(steps))] for _ in models])
+        train_step(models, opts, batches, cfg.task.first_target_pos, cfg.grad_clip)
 
+    return models, step
+
+
+def main() -> None:
+    cfg = sl.TrainConfig(task=sl.SelectorTask(k=10, n_bases=1000))
+    data = cfg.task.generate()
+    (model,), step = toolkit_steps(cfg, data.tokens)
     step_s = timed(step, 30)
     # four seeds as one batched model (train_many's step) against four steps one after another
-    many = [sl.build_model(cfg.model, cfg.task, s) for s in range(4)]
-    opts = [torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in many]
-    batches = lambda: torch.stack([data.tokens[order.indices(next(steps))] for _ in many])
-    batched_s = timed(lambda: train_step(many, opts, batches(), cfg.task.first_target_pos, cfg.grad_clip), 10)
+    batched_s = timed(toolkit_steps(cfg, data.tokens, seeds=range(4))[1], 10)
     n_params = sum(p.numel() for p in model.parameters())
     model.eval()
     es_default, es_all = make_eval_set(data, "auto", cfg.seed), make_eval_set(data, "all", cfg.seed)

@@ -13,9 +13,9 @@ import statistics
 import torch
 
 import selector_lens as sl
-from selector_lens.trainer import BatchOrder, train_step
+from selector_lens.trainer import BatchOrder
 
-from bench_core import timed  # benchmarks/ is on sys.path when run as a script
+from bench_core import timed, toolkit_steps  # benchmarks/ is on sys.path when run as a script
 
 ROUNDS = 5
 
@@ -51,13 +51,11 @@ def main() -> None:
     task = sl.SelectorTask(k=10, n_bases=1000)
     cfg = sl.TrainConfig(task=task)
     data = task.generate()
+    _, toolkit_step = toolkit_steps(cfg, data.tokens)
     model = sl.build_model(cfg.model, task, cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     order = BatchOrder(task.n_examples, cfg.batch_size, cfg.seed)
     steps = iter(range(1, 10**9))
-
-    def toolkit_step():
-        train_step([model], [opt], data.tokens[order.indices(next(steps))][None], task.first_target_pos, cfg.grad_clip)
 
     def plain():  # the textbook loop: full-sequence loss, no masking of the source positions
         x = data.tokens[order.indices(next(steps))]
