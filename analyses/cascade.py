@@ -1,6 +1,6 @@
 """Claim 7: the internal cascade across seeds (routing head, its onset, Δz's lead over τ).
 
-    python analyses/cascade.py --scale cpu [--out DIR]
+    python analyses/cascade.py --scale cpu [--root DIR]
 
 On each of the seeds study's runs: the routing head (largest mean-ablation increase of the
 candidate loss at post = 1.5τ, never assumed), the onset of its attention to z, the onset of

@@ -1,6 +1,6 @@
 """Claim 3: groups do not learn one at a time; they cross together, around τ.
 
-    python analyses/collective_transition.py --scale cpu [--out DIR]
+    python analyses/collective_transition.py --scale cpu [--root DIR]
 
 Trains (or reuses) the seeds study's runs (cpu: K=5, n_bases=800, seeds 42, 1, 2), then reads the
 per-group accuracy stored at every eval: fraction of groups solved (> 50% of their K examples) at

@@ -1,6 +1,6 @@
 """Claim 6: learning (B, z) -> A is faster than the one-to-one reverse A -> B (paper: 1.7x-4.4x).
 
-    python analyses/direction_asymmetry.py --scale cpu [--executor local|ray|batched] [--out DIR]
+    python analyses/direction_asymmetry.py --scale cpu [--executor local|ray|batched] [--root DIR]
 
 Both directions train on the same strings (the generator does not depend on the direction) with
 the same model and optimiser, over several seeds. Waiting time, defined identically for both:

@@ -1,6 +1,6 @@
 """Claim 5: the plateau is an anisotropic saddle; gradient noise lies along its steep directions.
 
-    python analyses/loss_geometry.py --scale cpu [--out DIR]
+    python analyses/loss_geometry.py --scale cpu [--root DIR]
 
 On the seeds study's first run, at pre / mid / post / final: λmax (power iteration), λmin and the
 top eigenvectors (Lanczos) of the training loss's Hessian on a fixed, seeded subsample (cpu: 512

@@ -1,6 +1,6 @@
 """Claim 4: gradient noise holds the model on the plateau (lr and batch-size sweeps).
 
-    python analyses/noise.py --scale cpu [--executor local|ray|batched] [--workers N] [--out DIR]
+    python analyses/noise.py --scale cpu [--executor local|ray|batched] [--workers N] [--root DIR]
 
 Two sweeps under DIR: `lr/` (batch fixed at 128, so equal steps are equal examples processed) and
 `batch_size/` (lr fixed; τ compared in examples processed, τ x batch). Paper (K=20, D=20k): τ grows

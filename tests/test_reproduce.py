@@ -4,7 +4,13 @@ import json
 
 import pytest
 
+from pathlib import Path
+
+import selector_lens as sl
 from selector_lens import studies
+from selector_lens.presets import pool
+from selector_lens.publish import publish
+from selector_lens.studies import reproduce
 
 from .test_cli import cli
 
@@ -22,11 +28,11 @@ def report(tmp_path_factory):
 
 def test_every_claim_has_paper_ours_verdict_and_settings(report):
     root, summary = report
-    assert [c["number"] for c in summary["claims"]] == list(range(1, 9))
+    assert [c["number"] for c in summary["claims"]] == [1, 2, 3, 4, 5, 6, 7, 7, 8]  # 7 twice: ours, parity
     for c in summary["claims"]:
         assert c["verdict"] in VERDICTS and c["paper"] and c["ours"] and c["settings"]
     page = (root / "report.html").read_text()
-    assert page.count("<tr>") == 9 and "Falsified alternatives" in page
+    assert page.count("<tr>") == 10 and "Falsified alternatives" in page and "code (parity)" in page
     assert json.loads((root / "report.json").read_text())["claims"] == summary["claims"]
 
 
@@ -36,9 +42,9 @@ def test_report_numbers_come_from_the_study_outputs(report):
     fit = json.loads((root / "scaling" / "scaling.json").read_text())["fits"]["tau_vs_D"]
     assert f"α_D = {fit['alpha']:.2f}" in claims[2]["ours"]
     seeds = json.loads((root / "seeds" / "collective.json").read_text())["runs"]
-    assert [r["run"] for r in seeds] == ["seed1", "seed2"]
+    assert [r["run"] for r in seeds] == ["k3-nb12-lr0.003-bs16-s1", "k3-nb12-lr0.003-bs16-s2"]
     geo = json.loads((root / "seeds" / "geometry.json").read_text())
-    assert geo["settings"]["sample"] == studies.PRESETS["geometry"]["tiny"]["sample"]
+    assert geo["settings"]["sample"] == studies.GEOMETRY["tiny"]["sample"]
     assert all(r["sample"] == 24 for r in geo["rows"]) and f"{geo['rows'][0]['lambda_max']:.3g}" in claims[5]["ours"]
     asym = json.loads((root / "asymmetry" / "asymmetry.json").read_text())
     assert asym["definition"].endswith("0.95") and len(asym["per_seed"]) == 1
@@ -55,6 +61,40 @@ def test_a_second_reproduce_reuses_the_runs(report):
     assert second["claims"] == first["claims"]  # same runs, same numbers
     # no run retrained: every metrics log and checkpoint is the file the first call wrote
     assert {p: p.stat().st_mtime_ns for p in written} == written
+
+
+def test_the_report_rebuilds_from_published_files_alone(report, tmp_path):
+    root, first = report
+    pub = tmp_path / "pub"
+    published = publish(root, pub, "tiny")
+    assert published["claims"] == first["claims"] and not published["still_running"]
+    assert not list(pub.rglob("*.safetensors")) and not list(pub.rglob("*.pt"))
+    assert published["size_mb"] < 25
+    # the dataset a published run regenerates is the one it trained on
+    name = published["published"][0]
+    assert sl.Run.open(pub / "runs" / name).task_data.to_json() == sl.Run.open(root / "runs" / name).task_data.to_json()
+    out = cli("reproduce", "--from", str(pub), "-o", str(tmp_path / "again.html"), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["claims"] == json.loads((pub / "report.json").read_text())["claims"]
+    assert (tmp_path / "again.html").stat().st_size > 0
+
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "analyses" / "results" / "paper"
+
+
+@pytest.mark.skipif(not (PUBLISHED / "report.json").is_file(), reason="no published paper-scale results")
+def test_the_published_paper_report_rebuilds_to_its_report_json(tmp_path):
+    summary = reproduce(None, output=tmp_path / "paper.html", from_=PUBLISHED)
+    assert summary["claims"] == json.loads((PUBLISHED / "report.json").read_text())["claims"]
+
+
+def test_plan_lists_every_run_and_trains_nothing(tmp_path):
+    out = cli("reproduce", "--scale", "tiny", "--plan", "--json", "--workers", "1", "--root", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert {r["run"] for r in plan["runs"]} == set(pool("tiny"))
+    assert plan["total_wall_s"] > 0 and all(r["budget"] > 0 for r in plan["runs"])
+    assert not list(tmp_path.iterdir())
 
 
 def test_bad_scale_and_executor_are_one_line_errors(tmp_path):

@@ -48,6 +48,8 @@ def train(
     direction: str = typer.Option(_T.direction, help=f"One of {', '.join(DIRECTIONS)}."),
     z_length: int = typer.Option(_T.z_length, help="Selector length (1..4)."),
     unique_first_char: bool = typer.Option(_T.unique_first_char, help="K targets of a base start differently."),
+    parity: str = typer.Option(_T.parity, help="ours | paper: the paper code's dataset, initial weights, batch "
+                               "order and lr, string for string (parity.py)."),
     batch_size: int = typer.Option(_D.batch_size),
     lr: float = typer.Option(_D.lr),
     weight_decay: float = typer.Option(_D.weight_decay),
@@ -74,7 +76,7 @@ def train(
 
     cfg = TrainConfig(
         task=SelectorTask(k=k, n_bases=n_bases, z_length=z_length, direction=direction,
-                          unique_first_char=unique_first_char, seed=seed),
+                          unique_first_char=unique_first_char, seed=seed, parity=parity),
         model=ModelConfig(n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head, d_mlp=d_mlp),
         steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, grad_clip=grad_clip,
         schedule=schedule, warmup_steps=warmup_steps, eval_every=eval_every, ckpt_every=ckpt_every,
@@ -368,6 +370,7 @@ def sweep(
     executor: str = typer.Option("local", help="local (process pool) | ray | batched (runs of one shape as one batched model: for a GPU)."),
     workers: Optional[int] = typer.Option(None, help="Concurrent runs (default: one per core); batched: runs per batched model (default: all)."),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: a local Ray instance)."),
+    parity: Optional[str] = typer.Option(None, help="ours | paper for every point (the spec's base `parity`)."),
     json_out: bool = typer.Option(False, "--json"),
 ):
     """Train every point of a grid, one run directory each; resumable, failures recorded."""
@@ -378,6 +381,8 @@ def sweep(
     if spec is None and not grid:
         raise SelectorLensError("give a spec file or at least one --grid key=values")
     s = (SweepSpec.load(spec) if spec is not None else SweepSpec({}, {})).with_grid(grid)
+    if parity is not None:
+        s = SweepSpec({**s.base, "parity": parity}, s.grid)
     root = out or Path("checkpoints") / "sweeps" / (spec.stem if spec is not None else "grid")
     t = time.perf_counter()
     results = run_sweep(s, root, executor=executor, workers=workers, address=address, progress=not json_out)
@@ -420,29 +425,94 @@ def fit(
 
 
 @app.command(epilog="Examples:\n\n  selector-lens reproduce --scale cpu -o report.html\n\n"
-             "  selector-lens reproduce --scale paper --executor ray -o paper.html   # hours to days")
+             "  selector-lens reproduce --scale paper --plan      # every run, its budget, the wall time here\n\n"
+             "  selector-lens reproduce --scale paper -o paper.html   # ~6 h on two cores; resumes\n\n"
+             "  selector-lens reproduce --from analyses/results/paper -o paper.html   # seconds, trains nothing")
 def reproduce(
-    scale: str = typer.Option("cpu", help="cpu (this two-core machine, ~40 min the first time) | paper (the paper's grids) | tiny."),
+    scale: Optional[str] = typer.Option(None, help="cpu (this two-core machine, ~40 min the first time) | paper "
+                                        "(the paper's settings, ~6 h; see --plan) | tiny. Default cpu (with --from: "
+                                        "the published one)."),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="The HTML report to write."),
     root: Optional[Path] = typer.Option(None, help="Where the runs go (default checkpoints/reproduce/<scale>)."),
     executor: str = typer.Option("local", help="local | ray | batched (see `sweep`)."),
     workers: Optional[int] = typer.Option(None, help="Parallel runs (default: one per core)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the claims as JSON."),
+    plan: bool = typer.Option(False, "--plan", help="Train nothing: list every run with its budget and "
+                              "expected steps, and the wall time here from a step and an eval measured now."),
+    from_: Optional[Path] = typer.Option(None, "--from", help="Rebuild the report from a published folder "
+                                         "(`selector-lens publish`): trains nothing, needs no checkpoint."),
+    no_train: bool = typer.Option(False, "--no-train", help="Train nothing: report on the runs that have "
+                                  "finished (their analyses are computed and stored with them)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the claims (or the plan) as JSON."),
 ):
     """Run (or reuse) every study and write one report: each claim, the paper's number, ours, a verdict."""
-    from .studies import PRESETS, reproduce as run_all
+    from .presets import SCALES
     from .sweep import EXECUTORS
 
-    if scale not in PRESETS["seeds"]:
-        raise SelectorLensError(f"unknown scale {scale!r}; choose one of {', '.join(PRESETS['seeds'])}")
+    if scale is not None and scale not in SCALES:
+        raise SelectorLensError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
     if executor not in EXECUTORS:
         raise SelectorLensError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
-    summary = run_all(scale, root, output, executor, workers)
+    if plan:
+        from .plan import format_plan, plan as make_plan
+
+        p = make_plan(scale or "cpu", workers)
+        if json_out:
+            _json(p)
+        else:
+            print(format_plan(p))
+        return
+    from .studies import reproduce as run_all
+
+    if from_ is not None:
+        summary = run_all(scale, output=output, from_=from_)
+    else:
+        summary = run_all(scale or "cpu", root, output, executor, workers, train=not no_train)
     if json_out:
         _json(summary)
         return
-    _table(f"reproduce --scale {scale}: {summary['wall_s'] / 60:.1f} min; report {output}",
+    _table(f"reproduce --scale {summary['scale']}: {summary['wall_s'] / 60:.1f} min; report {output}",
            ["#", "claim", "verdict"], [[c["number"], c["title"], c["verdict"]] for c in summary["claims"]])
+
+
+@app.command("import", epilog="Examples:\n\n  selector-lens import outputs/dense_k10 --out checkpoints/paper-k10\n\n"
+             "  ablate-head --run checkpoints/paper-k10 --all-heads --step 3700")
+def import_cmd(
+    folder: Path = typer.Argument(..., help="A synass-lens output folder (config.yaml, checkpoints/step_NNNNNN/model.pt)."),
+    out: Path = typer.Option(..., help="The run directory to create."),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """Import a run of the paper's own code: its weights, its dataset (parity "paper"), our metrics."""
+    import time
+
+    from .importer import import_run
+
+    t = time.perf_counter()
+    run = import_run(folder, out, progress=not json_out)
+    summary = {"run": str(run.path), "steps": run.steps, **run.info["summary"], "import_s": time.perf_counter() - t}
+    if json_out:
+        _json(summary)
+    else:
+        _print_summary({**summary, "status": "imported"})
+
+
+@app.command(epilog="Examples:\n\n  selector-lens publish --root checkpoints/reproduce/paper --out analyses/results/paper")
+def publish(
+    root: Path = typer.Option(..., help="A study root (`reproduce --root`; holds runs/)."),
+    out: Path = typer.Option(..., help="The published folder (kept under 25 MB; no checkpoints)."),
+    scale: Optional[str] = typer.Option(None, help="The root's scale (default: from its report.json, else paper)."),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """Copy the finished runs' logs and stored analyses, then rebuild the report from them alone."""
+    from .publish import publish as run_publish
+
+    summary = run_publish(root, out, scale)
+    if json_out:
+        _json(summary)
+        return
+    print(f"published {len(summary['published'])} runs ({len(summary['still_running'])} still running) into {out}: "
+          f"{summary['size_mb']:.1f} MB")
+    _table(f"report {out / 'report.html'}", ["#", "claim", "verdict"],
+           [[c["number"], c["title"], c["verdict"]] for c in summary["claims"]])
 
 
 @app.command(epilog="Examples:\n\n  selector-lens prune --run checkpoints/k10            # what would go\n\n"

@@ -20,7 +20,7 @@ NORMS = ("LN", None)
 class ModelConfig:
     """Paper defaults: 4 layers x 4 heads, d_model 128, d_mlp 512, GELU, pre-LN (~0.8M params).
 
-    `n_ctx=None` takes the task's sequence length, but at least 16.
+    `n_ctx=None` takes the task's sequence length, but at least 16 (32 with parity "paper").
     """
 
     n_layers: int = 4
@@ -46,7 +46,12 @@ class ModelConfig:
     def hooked_config(self, task: SelectorTask, seed: int, device: str = "cpu"):
         from transformer_lens import HookedTransformerConfig  # lazily: slow import
 
-        n_ctx = self.n_ctx or max(16, task.seq_len)
+        if task.parity == "paper":  # the paper's model factory: n_ctx 32 and seed 42, always
+            from .parity import MODEL_SEED, N_CTX
+
+            n_ctx, seed = self.n_ctx or N_CTX, MODEL_SEED
+        else:
+            n_ctx = self.n_ctx or max(16, task.seq_len)
         if n_ctx < task.seq_len:
             raise SelectorLensError(f"n_ctx={n_ctx} is shorter than the task's {task.seq_len} tokens")
         return HookedTransformerConfig(
@@ -109,6 +114,9 @@ class TrainConfig:
             raise SelectorLensError("weight_decay, grad_clip and warmup_steps must be >= 0")
         if self.schedule not in SCHEDULES:
             raise SelectorLensError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        if self.task.parity == "paper" and (self.schedule != "constant" or self.warmup_steps):
+            raise SelectorLensError("parity 'paper' follows the paper code's own lr schedule; leave schedule "
+                                    "constant and warmup_steps 0")
         if self.device not in DEVICES:
             raise SelectorLensError(f"unknown device {self.device!r}; choose one of {', '.join(DEVICES)}")
         if not isinstance(self.eval_groups, str):

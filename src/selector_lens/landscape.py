@@ -160,17 +160,32 @@ def measure(model, tokens: torch.Tensor, first: int, sample: int = DEFAULT_SAMPL
     }
 
 
-def landscape(run, steps=None, sample: int = DEFAULT_SAMPLE, seed: int = 0, **kw):
-    """`measure` at each selected checkpoint of a run (default: the phases); one row per step."""
+LANDSCAPE_VERSION = "1"  # bump when the numbers change: stored tables are then recomputed
+
+
+def landscape(run, steps=None, sample: int = DEFAULT_SAMPLE, seed: int = 0, recompute: bool = False, **kw):
+    """`measure` at each selected checkpoint of a run (default: the phases); one row per step,
+    kept in the run's analysis store (`recompute=True` bypasses it)."""
     import pandas as pd
 
-    cfg = run.config
+    from .store import per_step
+
     if steps is None:
         steps = sorted(set(run.phases().values()))
-    tokens = run.task_data.tokens
-    rows = []
-    for step, model in run.series(list(steps)):
-        with torch.enable_grad():
-            row = measure(model, tokens, cfg.task.first_target_pos, sample, seed, batch_size=cfg.batch_size, **kw)
-        rows.append({"step": step, **row})
-    return pd.DataFrame(rows)
+    for step in steps:
+        run.check_step(step)
+    if sample < 1:
+        raise SelectorLensError(f"the landscape sample size must be >= 1, got {sample}")
+
+    def compute(todo):
+        cfg = run.config
+        tokens = run.task_data.tokens
+        rows = []
+        for step, model in run.series(list(todo)):
+            with torch.enable_grad():
+                row = measure(model, tokens, cfg.task.first_target_pos, sample, seed, batch_size=cfg.batch_size, **kw)
+            rows.append({"step": step, **row})
+        return pd.DataFrame(rows)
+
+    params = {"sample": min(sample, run.config.task.n_examples), "seed": seed, **kw}
+    return per_step(run, "landscape", LANDSCAPE_VERSION, params, list(steps), compute, recompute)

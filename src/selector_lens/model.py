@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from .errors import SelectorLensError
 from .config import ModelConfig
+from .files import atomic_write
 from .task import SelectorTask
 
 
@@ -44,14 +44,6 @@ def _checksum(state: dict[str, torch.Tensor]) -> str:
         h.update(name.encode())
         h.update(state[name].detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
-
-
-def atomic_write(path: Path, write) -> None:
-    """Write through `write(tmp_path)` then rename, so a killed process never leaves a torn file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def save_weights(model, path: Path, step: int, cfg_hash: str) -> None:

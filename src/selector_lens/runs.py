@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .config import TrainConfig
 from .errors import SelectorLensError
-from .model import atomic_write
+from .files import atomic_write
 
 CKPT_RE = re.compile(r"step_(\d{6,})\.safetensors$")
 
@@ -86,9 +86,15 @@ class Run:
         """Parsed lines of metrics.jsonl; a torn last line (killed mid-write) is skipped."""
         path = self.path / "metrics.jsonl"
         if not path.is_file():
-            return []
+            packed = path.with_name("metrics.jsonl.gz")  # a published run
+            if not packed.is_file():
+                return []
+            import gzip
+
+            path, lines = packed, gzip.decompress(packed.read_bytes()).decode().splitlines()
+        else:
+            lines = path.read_text().splitlines()
         rows = []
-        lines = path.read_text().splitlines()
         for i, line in enumerate(lines):
             try:
                 rows.append(json.loads(line))
@@ -106,15 +112,23 @@ class Run:
 
     @property
     def steps(self) -> list[int]:
-        """Steps that have a weight checkpoint, ascending."""
+        """Steps that have a weight checkpoint, ascending (a published run: those it left out,
+        listed in its manifest, so phases and stored analyses still resolve)."""
         if not self.ckpt_dir.is_dir():
-            return []
+            from .store import MANIFEST
+
+            manifest = self.path / MANIFEST
+            return sorted(int(s) for s in read_json(manifest)) if manifest.is_file() else []
         return sorted(int(m.group(1)) for p in self.ckpt_dir.iterdir() if (m := CKPT_RE.search(p.name)))
 
     @cached_property
     def task_data(self):
+        """The exact dataset from data.json; a published run (which leaves it out) regenerates it
+        from its config, which is deterministic."""
         from .task import TaskData
 
+        if not (self.path / "data.json").is_file() and (self.path / "metrics.jsonl.gz").is_file():
+            return self.config.task.generate()
         return TaskData.from_strings(self.config.task, **read_json(self.path / "data.json"))
 
     @property
@@ -137,6 +151,8 @@ class Run:
         from .model import build_model, load_weights
 
         self.check_step(step)
+        if not self.ckpt_dir.is_dir():
+            raise SelectorLensError(f"{self.path} is a published run: its weights are not included (step {step})")
         if model is None:
             model = build_model(self.config.model, self.config.task, self.config.seed)
         load_weights(model, self.ckpt_path(step), self.config_hash)
@@ -231,14 +247,17 @@ PHASES = {"pre": 0.25, "mid": 0.75, "post": 1.5}
 
 
 def run_table(root, threshold: float = 0.5):
-    """One row per run directory under `root` (a sweep): its settings, τ and plateau height."""
+    """One row per run directory under `root` (a sweep), or per directory in a list of them: its
+    settings, τ and plateau height."""
     import pandas as pd
 
     from .transition import summarize
 
     rows = []
-    for info_path in sorted(Path(root).glob("**/run.json")):
-        run = Run.open(info_path.parent)
+    paths = ([Path(p) for p in root] if isinstance(root, (list, tuple))
+             else [p.parent for p in sorted(Path(root).glob("**/run.json"))])
+    for path in paths:
+        run = Run.open(path)
         cfg, t = run.config, run.config.task
         evals = run.metric_rows()
         s = summarize(evals, t.log_k, threshold)
@@ -250,7 +269,7 @@ def run_table(root, threshold: float = 0.5):
                      "tau": s["tau"], "tau_examples": seen.get(s["tau"]), "plateau_over_log_k": s["plateau_over_log_k"], "final_step": s["final_step"],
                      "error": read_json(err)["error"] if err.is_file() else None})
     if not rows:
-        raise SelectorLensError(f"no run found under {root}/")
+        raise SelectorLensError(f"no run found under {root}/" if not isinstance(root, (list, tuple)) else "no runs given")
     return pd.DataFrame(rows)
 
 

@@ -1,13 +1,14 @@
 """The paper's claims as studies (science.md section 4), and the one-command `reproduce` report.
 
-Each study trains its runs through `sweep.run_sweep` (resumable: finished runs are reused),
-measures, writes DIR/<study>.json and DIR/<study>.html, and returns a `Study`: its numbers, its
-figures, and one `Claim` row per claim it tests (paper, ours, verdict, settings). Presets:
-`cpu` (this two-core machine), `paper` (the paper's grid; hours to days on CPU) and `tiny` (the
-test suite's seconds-long version; its verdicts mean nothing).
+Every run a scale needs is listed in `presets` and trained once, into `<root>/runs/<name>`
+(resumable: finished runs are reused; a run two studies need is shared). Each study then
+measures, writes `<root>/<study>/<name>.json` and `.html`, and returns a `Study`: its numbers, its
+figures, and one `Claim` row per claim it tests (paper, ours, verdict, settings). Scales: `cpu`
+(this two-core machine), `paper` (the paper's settings, ~6 h here: `reproduce --plan` costs it)
+and `tiny` (the test suite's seconds-long version; its verdicts mean nothing).
 
-Runs shared between claims: the `seeds` study (several seeds of one config) feeds claims 1
-(marginal first), 3 (collective transition), 5 (loss geometry, on its first seed) and 7 (cascade).
+The `seeds` study (several seeds of one config) feeds claims 1 (marginal first), 3 (collective
+transition), 5 (loss geometry, on its first seed) and 7 (cascade).
 """
 
 from __future__ import annotations
@@ -21,52 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import SelectorLensError
+from .presets import GEOMETRY, PRESETS, pool, study_runs
 from .runs import Run, run_table
-from .sweep import SweepSpec, run_sweep
+from .sweep import run_jobs
 
-TINY_MODEL = {"n_layers": 1, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp": 64}
-
-PRESETS = {
-    "seeds": {
-        "cpu": {"base": {"k": 5, "n_bases": 800, "steps": 6000, "eval_every": 25, "ckpt_every": 50}, "seeds": [42, 1, 2]},
-        "paper": {"base": {"k": 10, "n_bases": 1000, "steps": 20000, "eval_every": 50, "ckpt_every": 50},
-                  "seeds": [42, 43, 44, 45, 46]},
-        "tiny": {"base": {"k": 3, "n_bases": 12, "steps": 120, "eval_every": 10, "ckpt_every": 10, "lr": 3e-3,
-                          "batch_size": 16, **TINY_MODEL}, "seeds": [1, 2]},
-    },
-    "scaling": {
-        "cpu": {"base": {"steps": 4000, "eval_every": 20, "ckpt_every": 500, "eval_groups": "50", "seed": 42},
-                "d": {"k": [5], "D": [500, 1000, 2000, 4000]}, "k": {"k": [4, 5, 10], "D": [2000]}},
-        "paper": {"base": {"steps": 20000, "eval_every": 50, "ckpt_every": 100, "seed": 42},
-                  "d": {"k": [3, 4, 5, 6, 8, 10, 12, 16, 20, 25, 36], "n_bases": [1000]},
-                  "k": {"k": [5, 10, 20, 36], "D": [10000, 20000]}},
-        "tiny": {"base": {"steps": 60, "eval_every": 10, "ckpt_every": 60, "lr": 3e-3, "batch_size": 16, **TINY_MODEL},
-                 "d": {"k": [3], "D": [18, 36]}, "k": {"k": [2, 3], "D": [36]}},
-    },
-    "noise": {
-        "cpu": {"base": {"k": 5, "n_bases": 400, "steps": 3000, "eval_every": 20, "ckpt_every": 1000,
-                         "eval_groups": "50", "seed": 42},
-                "lr": [3e-4, 1e-3, 2e-3, 5e-3], "batch_size": [32, 64, 128, 256]},
-        "paper": {"base": {"k": 20, "D": 20000, "steps": 30000, "eval_every": 50, "ckpt_every": 1000, "seed": 42},
-                  "lr": [3e-4, 7e-4, 1e-3, 2e-3, 5e-3], "batch_size": [64, 128, 256, 512]},
-        "tiny": {"base": {"k": 3, "n_bases": 12, "steps": 60, "eval_every": 10, "ckpt_every": 60, **TINY_MODEL},
-                 "lr": [1e-3, 3e-3], "batch_size": [8, 16]},
-    },
-    "asymmetry": {
-        # D = 4000: at D = 1000 both directions solve within ~120 steps, below what evals resolve
-        "cpu": {"base": {"k": 5, "n_bases": 800, "steps": 4000, "eval_every": 20, "ckpt_every": 1000,
-                         "eval_groups": "50"}, "seeds": [1, 2, 3]},
-        "paper": {"base": {"k": 10, "n_bases": 1000, "steps": 20000, "eval_every": 50, "ckpt_every": 500},
-                  "seeds": [42, 43, 44, 45, 46]},
-        "tiny": {"base": {"k": 3, "n_bases": 12, "steps": 60, "eval_every": 10, "ckpt_every": 60, "lr": 3e-3,
-                          "batch_size": 16, **TINY_MODEL}, "seeds": [1]},
-    },
-    "geometry": {  # Hessian settings; the run is the seeds study's first seed
-        "cpu": {"sample": 512, "power_iters": 20, "lanczos_iters": 20, "top_k": 5, "noise_batches": 8},
-        "paper": {"sample": 2048, "power_iters": 50, "lanczos_iters": 50, "top_k": 10, "noise_batches": 16},
-        "tiny": {"sample": 24, "power_iters": 5, "lanczos_iters": 5, "top_k": 2, "noise_batches": 2},
-    },
-}
 SOLVED_TOKEN_ACC = 0.95
 
 
@@ -96,25 +56,91 @@ def _settings(base: dict, **extra) -> str:
     return ", ".join(f"{k}={v}" for k, v in {**base, **extra}.items())
 
 
-def _save(out: Path, name: str, title: str, result: dict, figures) -> None:
-    from .viz.dashboard import write_html
-
+def _save(out: Path | None, name: str, title: str, result: dict, figures) -> None:
+    """DIR/<name>.json (nothing when `out` is None: a report rebuilt from published files). The
+    figures go into the report; `analyses/` scripts also write them to DIR/<name>.html."""
+    if out is None:
+        return
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
-    write_html(out / f"{name}.html", title, figures)
+
+
+# --- the runs --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setup:
+    """Where the studies' runs live and how they come: trained here (resumed, reused), or read as
+    they are (`train=False`: finished runs only, e.g. a published folder). Study files go to
+    `out/<study>/` (None: not written)."""
+
+    root: Path
+    scale: str
+    executor: str = "local"
+    workers: int | None = None
+    train: bool = True
+    out: Path | None = None
+
+    def train_all(self, names=None) -> list[dict]:
+        """Train (resume, or skip when finished) every run of the scale, or those in `names`, in
+        study order, into `<root>/runs/`."""
+        if not self.train:
+            return []
+        jobs = [(o, str(self.root / "runs" / n)) for n, o in pool(self.scale).items() if names is None or n in names]
+        return run_jobs(jobs, self.executor, self.workers, progress=True)
+
+    def runs(self, part: str) -> list[Run]:
+        """The finished runs of one study part (`seeds`, `scaling/d`, ...), trained first if training."""
+        names = list(study_runs(self.scale)[part])
+        self.train_all(names)
+        paths = [self.root / "runs" / n for n in names]
+        return [Run.open(p) for p in paths if (p / "run.json").is_file() and _finished(p)]
+
+    def dir(self, name: str) -> Path | None:
+        return None if self.out is None else self.out / name
+
+
+def _finished(path: Path) -> bool:
+    return Run.open(path).status in ("finished", "early_stopped")
+
+
+def geometry_runs(setup: Setup, seeds: list[Run]) -> list[Run]:
+    """The Hessian's runs: the seeds study's first, then `GEOMETRY[scale]["also"]` (when finished)."""
+    also = [setup.root / "runs" / n for n in GEOMETRY[setup.scale].get("also", [])]
+    return seeds[:1] + [Run.open(p) for p in also if (p / "run.json").is_file() and _finished(p)]
+
+
+CLAIMS = {1: ("Marginal first", "loss falls to a plateau at log K (z ignored), stays, then drops sharply to ~0"),
+          2: ("Plateau decomposition", "height log K; τ ∝ D^1.19 [1.14, 1.31] (11 points, K = 3..36 at n_bases = "
+              "1000), flat in K at fixed D (exponent ~0)"),
+          3: ("Collective transition", "at τ/2 essentially no group is solved; groups cross together in a narrow "
+              "window around τ"),
+          4: ("Entropic stabilisation by gradient noise", "higher lr slows escape monotonically (3.6x over a ~7x lr "
+              "range, equal examples); the highest lr never escapes; smaller batches delay escape ~1.8x at equal "
+              "examples (64 vs 512)"),
+          5: ("Loss geometry", "on the plateau a strongly anisotropic saddle: λmax hundreds to thousands of times "
+              "|λmin| (λmin slightly negative); gradient noise mostly along the high-curvature directions"),
+          6: ("Directional asymmetry", "(B, z) -> A is learned 1.7x to 4.4x faster than A -> B"),
+          7: ("Internal cascade", "a routing head (L0H3 in the paper's seed) attends to z during the plateau; Δz "
+              "leads the drop by ~0.5 τ; ablating the head after the transition costs several nats (paper "
+              "+0.02 / +1.4 / +3.7 at pre/mid/post); no single head suffices")}
+
+
+def pending(name: str, number: int, why: str) -> Study:
+    """A study that could not be measured yet (no finished runs, or a table that needs weights)."""
+    title, paper = CLAIMS[number]
+    return Study(name, {"pending": why}, [], [Claim(number, title, paper, why, "no result", "-")])
+
+
+def seed_runs(setup: Setup) -> list[Run]:
+    return setup.runs("seeds")
 
 
 # --- claims 1, 3, 5, 7: several seeds of one config ----------------------------------------------
-def seed_runs(out: Path, scale: str, executor: str = "local", workers=None) -> list[Run]:
-    p = PRESETS["seeds"][scale]
-    run_sweep(SweepSpec(p["base"], {"seed": p["seeds"]}), out, executor, workers, progress=True)
-    return [Run.open(out / f"seed{s}") for s in p["seeds"]]
-
-
 def marginal_first(runs: list[Run], out: Path, scale: str) -> Study:
     """Claim 1: plateau at log K, then a sharp drop to ~0."""
     from .viz import loss_curves
 
+    if not runs:
+        return pending("marginal_first", 1, "no finished run yet")
     rows = []
     for run in runs:
         m, log_k, tau = run.metrics, run.config.task.log_k, run.tau()
@@ -153,6 +179,8 @@ def collective(runs: list[Run], out: Path, scale: str) -> Study:
     from .transition import collective_transition
     from .viz import group_transition
 
+    if not runs:
+        return pending("collective", 3, "no finished run yet")
     rows = []
     for run in runs:
         c = collective_transition(run.metric_rows(), run.config.task.k, run.tau())
@@ -187,6 +215,8 @@ def cascade_study(runs: list[Run], out: Path, scale: str) -> Study:
     from .interventions.ablation import ablate_heads
     from .routing import cascade, find_routing_head
 
+    if not runs:
+        return pending("cascade", 7, "no finished run yet")
     rows = []
     for run in runs:
         if not run.tau():
@@ -236,37 +266,56 @@ def cascade_study(runs: list[Run], out: Path, scale: str) -> Study:
     return Study("cascade", result, figs, [claim])
 
 
-def geometry(run: Run, out: Path, scale: str) -> Study:
-    """Claim 5: an anisotropic saddle on the plateau; noise along the high-curvature directions."""
+def geometry(runs: list[Run], out: Path, scale: str) -> Study:
+    """Claim 5: an anisotropic saddle on the plateau; noise along the high-curvature directions.
+
+    At the phases of each run (the seeds study's first, and `GEOMETRY[scale]["also"]`), on a
+    subsample of `sample` examples; then at the first run's `mid` for each size of `sample_sweep`
+    (None: the whole dataset), since the estimates depend on the subsample."""
     import plotly.graph_objects as go
 
     from .landscape import landscape
 
-    kw = PRESETS["geometry"][scale]
-    path = out / "geometry.json"
-    if not run.tau():
-        steps = [run.steps[len(run.steps) // 2], run.steps[-1]]
-        names = {steps[0]: "middle", steps[1]: "final"}
-    else:
-        names = {s: p for p, s in run.phases().items()}
-        steps = sorted(names)
-    cached = json.loads(path.read_text()) if path.is_file() else None
-    key = {"settings": kw, "run": str(run.path), "steps": steps, "format": 2}
-    if cached and all(cached.get(k) == v for k, v in key.items()):
-        rows = cached["rows"]
-    else:
+    if not runs:
+        return pending("geometry", 5, "no finished run yet")
+    settings = GEOMETRY[scale]
+    kw = {k: v for k, v in settings.items() if k not in ("also", "sample_sweep")}
+    rows = []
+    for run in runs:
+        if not run.tau():
+            steps = [run.steps[len(run.steps) // 2], run.steps[-1]]
+            names = {steps[0]: "middle", steps[1]: "final"}
+        else:
+            names = {s: p for p, s in run.phases().items() if p != "final"}
+            steps = sorted(names)
         df = landscape(run, steps, **kw)
-        df.insert(1, "phase", [names[s] for s in df.step])
-        rows = df.to_dict(orient="records")
+        rows += [{"run": run.path.name, "phase": names[r["step"]], **r} for r in df.to_dict(orient="records")]
+    sweep = []
+    if settings.get("sample_sweep") and runs[0].tau():
+        mid = runs[0].phases()["mid"]
+        for size in settings["sample_sweep"]:
+            n = runs[0].config.task.n_examples if size is None else size
+            df = landscape(runs[0], [mid], **{**kw, "sample": n})
+            sweep += [{"run": runs[0].path.name, "phase": "mid", **r} for r in df.to_dict(orient="records")]
     plateau = [r for r in rows if r["phase"] in ("pre", "mid")]
-    result = {**key, "rows": rows}
+    result = {"settings": kw, "runs": [r.path.name for r in runs], "rows": rows, "sample_sweep": sweep}
     fig = go.Figure()
-    fig.add_scatter(x=[r["step"] for r in rows], y=[r["lambda_max"] for r in rows], name="λmax", mode="lines+markers")
-    fig.add_scatter(x=[r["step"] for r in rows], y=[abs(r["lambda_min"]) for r in rows], name="|λmin|",
-                    mode="lines+markers")
-    fig.update_layout(title=f"Hessian extremes along the run (sample {kw['sample']}; τ = {run.tau()})",
+    for name in dict.fromkeys(r["run"] for r in rows):
+        mine = [r for r in rows if r["run"] == name]
+        fig.add_scatter(x=[r["step"] for r in mine], y=[r["lambda_max"] for r in mine], name=f"λmax {name}",
+                        mode="lines+markers")
+        fig.add_scatter(x=[r["step"] for r in mine], y=[abs(r["lambda_min"]) for r in mine], name=f"|λmin| {name}",
+                        mode="lines+markers")
+    fig.update_layout(title=f"Hessian extremes at pre / mid / post (sample {kw['sample']})",
                       xaxis_title="step", yaxis_title="eigenvalue", yaxis_type="log")
     figs = [fig]
+    if sweep:
+        fs = go.Figure()
+        fs.add_scatter(x=[r["sample"] for r in sweep], y=[r["ratio"] for r in sweep], name="λmax / |λmin|",
+                       mode="lines+markers")
+        fs.update_layout(title=f"The ratio against the subsample size ({runs[0].path.name}, mid)",
+                         xaxis_title="examples", yaxis_title="λmax / |λmin|", xaxis_type="log", yaxis_type="log")
+        figs.append(fs)
     _save(out, "geometry", f"Claim 5: loss geometry ({scale})", result, figs)
     if not plateau:
         verdict = "no result"
@@ -277,30 +326,84 @@ def geometry(run: Run, out: Path, scale: str) -> Study:
         n_ok = saddle + aniso + noisy
         verdict = "reproduced" if n_ok == 3 else "partly" if n_ok else "not reproduced"
     ours = "; ".join(
-        f"{r['phase']} (step {r['step']}): λmax {_fmt(r['lambda_max'])}, λmin {_fmt(r['lambda_min'])}, ratio "
+        f"{r['run']} {r['phase']} (step {r['step']}): λmax {_fmt(r['lambda_max'])}, λmin {_fmt(r['lambda_min'])}, ratio "
         f"{_fmt(r['ratio'])}, noise on top {r['top_k']} {_fmt(r['noise_share_top'], '.0%')} (random "
-        f"{_fmt(r['random_share'], '.1e')})" for r in rows)
+        f"{_fmt(r['random_share'], '.1e')})" for r in rows) + "".join(
+        f"; {r['run']} mid at {r['sample']} examples: ratio {_fmt(r['ratio'])} (λmin {_fmt(r['lambda_min'])})"
+        for r in sweep)
     claim = Claim(5, "Loss geometry", "on the plateau a strongly anisotropic saddle: λmax hundreds to thousands of times "
                   "|λmin| (λmin slightly negative); gradient noise mostly along the high-curvature directions", ours,
-                  verdict, f"run {run.path.name}; Hessian of the training loss on a seeded subsample of {kw['sample']} "
+                  verdict, f"runs {', '.join(r.path.name for r in runs)}; Hessian of the training loss on a seeded subsample of {kw['sample']} "
                   f"examples; power iteration ({kw['power_iters']}) for λmax, Lanczos ({kw['lanczos_iters']}) for "
                   f"λmin and the top {kw['top_k']} directions; noise from {kw['noise_batches']} minibatches of the run's "
                   "batch size")
     return Study("geometry", result, figs, [claim])
 
 
+# --- claim 7 with the paper's code: parity ---------------------------------------------------------
+# The paper's per-head table (mean ablation, Δ training loss on 2,048 training examples).
+PAPER_HEAD_TABLE = {500: [("L0H3", 0.019)], 1800: [("L0H3", 1.45), ("L0H1", 1.32)],
+                    3700: [("L0H3", 3.75), ("L0H1", 3.57)]}
+PARITY_STEPS = {"paper": [500, 1800, 3700]}  # other scales: the parity run's pre / mid / post
+
+
+def parity_study(runs: list[Run], parity: list[Run], out: Path | None, scale: str) -> Study:
+    """Claim 7 beside the paper's code: the routing head and the paper's per-head table
+    (`training_set_ablation`) for our baseline and for the same baseline with parity "paper".
+
+    Verdict: reproduced if the parity run's top head by Δ training loss is the paper's (L0H3) at
+    every compared step after the first; partly if at some; not reproduced otherwise. Our
+    baseline's heads are reported, not judged (its data, init and batches differ)."""
+    from .interventions.ablation import training_set_ablation
+    from .routing import find_routing_head
+
+    if not runs or not parity:
+        return pending("parity", 7, "the parity run has not finished yet")
+    wanted = PARITY_STEPS.get(scale)
+    rows = []
+    for kind, run in (("ours", runs[0]), ("parity", parity[0])):
+        steps = ([run.nearest_step(min(s, run.steps[-1])) for s in wanted] if wanted
+                 else sorted(run.phases()[p] for p in ("pre", "mid", "post")))
+        table = training_set_ablation(run, sorted(set(steps)))
+        routing = find_routing_head(run, sufficiency=False)["label"] if run.tau() else None
+        for step in steps:
+            t = table[table.step == step].sort_values("d_loss", ascending=False)
+            rows.append({"run": run.path.name, "kind": kind, "step": step, "tau": run.tau(), "routing_head": routing,
+                         "clean_loss": float(t.clean_loss.iloc[0]),
+                         "top": [(r.label, round(float(r.d_loss), 4)) for r in t.head(3).itertuples()]})
+    par = [r for r in rows if r["kind"] == "parity"]
+    hits = [r["top"][0][0] == "L0H3" for r in par[1:]]
+    verdict = "reproduced" if hits and all(hits) else "partly" if any(hits) else "not reproduced"
+    result = {"measure": "mean ablation of each head's hook_z over 2,048 training examples; Δ training loss",
+              "paper": {str(k): v for k, v in PAPER_HEAD_TABLE.items()}, "rows": rows}
+    _save(out, "parity", f"Claim 7 with parity ({scale})", result, [])
+
+    def line(r):
+        return (f"{r['kind']} step {r['step']}: " + ", ".join(f"{h} {d:+.2f}" for h, d in r["top"][:2]))
+
+    ours = (f"routing head (our measure, post): ours {rows[0]['routing_head']}, parity {par[0]['routing_head']}; "
+            f"τ ours {rows[0]['tau']}, parity {par[0]['tau']}; " + "; ".join(line(r) for r in rows))
+    claim = Claim(7, "Internal cascade, with the paper's code (parity)", "L0H3 is the top head by Δ training loss: "
+                  + "; ".join(f"step {k}: " + ", ".join(f"{h} +{d}" for h, d in v) for k, v in PAPER_HEAD_TABLE.items()),
+                  ours, verdict, f"our baseline {runs[0].path.name} and {parity[0].path.name} (parity 'paper': the "
+                  "paper code's dataset, initial weights, batch order and lr); the paper's measure")
+    return Study("parity", result, [], [claim])
+
+
 # --- claim 2 -------------------------------------------------------------------------------------
-def scaling(out: Path, scale: str, executor: str = "local", workers=None) -> Study:
+def scaling(setup: Setup) -> Study:
     """Claim 2: τ ∝ D^α (paper 1.19), flat in K at fixed D."""
     import pandas as pd
 
     from .transition import power_law_fit, scaling_fits
     from .viz import tau_vs_d, tau_vs_k
 
+    scale, out = setup.scale, setup.dir("scaling")
     p = PRESETS["scaling"][scale]
-    for part in ("d", "k"):
-        run_sweep(SweepSpec(p["base"], p[part]), out / part, executor, workers, progress=True)
-    tables = {part: run_table(out / part) for part in ("d", "k")}
+    done = {part: setup.runs(f"scaling/{part}") for part in ("d", "k")}
+    if not all(done.values()):
+        return pending("scaling", 2, "no finished run yet in τ vs D or τ vs K")
+    tables = {part: run_table([r.path for r in runs]) for part, runs in done.items()}
     fits = scaling_fits(tables["d"])
     fits["tau_vs_K"] = scaling_fits(tables["k"])["tau_vs_K"]
     table = pd.concat([tables["d"], tables["k"]], ignore_index=True)
@@ -332,15 +435,18 @@ def scaling(out: Path, scale: str, executor: str = "local", workers=None) -> Stu
 
 
 # --- claims 4 and 8 ------------------------------------------------------------------------------
-def noise(out: Path, scale: str, executor: str = "local", workers=None) -> Study:
+def noise(setup: Setup) -> Study:
     """Claim 4: more gradient noise (higher lr, smaller batch) slows the escape."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    scale, out = setup.scale, setup.dir("noise")
     p = PRESETS["noise"][scale]
-    for part in ("lr", "batch_size"):
-        run_sweep(SweepSpec(p["base"], {part: p[part]}), out / part, executor, workers, progress=True)
-    tables = {part: run_table(out / part).sort_values(part) for part in ("lr", "batch_size")}
+    p = {**p, "lr": p["lr"]["lr"], "batch_size": p["batch_size"]["batch_size"]}
+    done = {part: setup.runs(f"noise/{part}") for part in ("lr", "batch_size")}
+    if not all(done.values()):
+        return pending("noise", 4, "no finished run yet in the lr or the batch sweep")
+    tables = {part: run_table([r.path for r in runs]).sort_values(part) for part, runs in done.items()}
     lr, bs = tables["lr"], tables["batch_size"]
     result = {"tau_definition": "first eval step with candidate_loss < 0.5 * log K; tau_examples = tau x batch",
               "lr": lr.to_dict(orient="records"), "batch_size": bs.to_dict(orient="records")}
@@ -409,18 +515,20 @@ def falsified(collective_study: Study, noise_study: Study) -> Claim:
 
 
 # --- claim 6 -------------------------------------------------------------------------------------
-def asymmetry(out: Path, scale: str, executor: str = "local", workers=None) -> Study:
+def asymmetry(setup: Setup) -> Study:
     """Claim 6: (B, z) -> A is learned faster than the one-to-one reverse A -> B."""
     import plotly.graph_objects as go
 
     from .transition import solve_time
 
+    scale, out = setup.scale, setup.dir("asymmetry")
     p = PRESETS["asymmetry"][scale]
-    spec = SweepSpec(p["base"], {"direction": ["bz_to_a", "a_to_b"], "seed": p["seeds"]})
-    results = run_sweep(spec, out, executor, workers, progress=True)
+    p = {**p, "seeds": p["grid"]["seed"]}
+    runs = setup.runs("asymmetry")
+    if not runs:
+        return pending("asymmetry", 6, "no finished run yet")
     times = {}
-    for r in results:
-        run = Run.open(r["run"])
+    for run in runs:
         times[(run.config.task.direction, run.config.seed)] = solve_time(run.metric_rows(), SOLVED_TOKEN_ACC)
     rows, ratios = [], []
     for seed in p["seeds"]:
@@ -458,36 +566,62 @@ def asymmetry(out: Path, scale: str, executor: str = "local", workers=None) -> S
 VERDICT_COLOURS = {"reproduced": "#d4edda", "partly": "#fff3cd", "not reproduced": "#f8d7da", "no result": "#e2e3e5"}
 
 
-def reproduce(scale: str = "cpu", root=None, output="report.html", executor: str = "local", workers=None) -> dict:
-    """Run (or reuse) every study at `scale` and write one HTML report of the paper's claims."""
+def reproduce(scale: str | None = "cpu", root=None, output="report.html", executor: str = "local", workers=None,
+              from_=None, out=None, train: bool = True) -> dict:
+    """Run (or reuse) every study at `scale` and write one HTML report of the paper's claims.
+
+    `from_`: a published folder (`publish`): train nothing, read its finished runs and stored
+    tables, and rebuild the report (its scale is read from the folder's report.json unless given).
+    `train=False`: report on the finished runs under `root`, training nothing.
+    Study files go to `out` (default: `root`, nowhere when rebuilding from a published folder).
+    """
     from .viz.dashboard import write_html
 
-    root = Path(root) if root is not None else Path("checkpoints") / "reproduce" / scale
+    if from_ is not None:
+        root = Path(from_)
+        if not (root / "runs").is_dir():
+            raise SelectorLensError(f"{root} holds no published runs (no runs/ folder)")
+        published = root / "report.json"
+        if published.is_file() and scale is None:
+            scale = json.loads(published.read_text())["scale"]
+        setup = Setup(root, scale or "paper", executor, workers, train=False, out=None if out is None else Path(out))
+    else:
+        root = Path(root) if root is not None else Path("checkpoints") / "reproduce" / scale
+        setup = Setup(root, scale, executor, workers, train=train, out=Path(out) if out is not None else root)
+    scale = setup.scale
     times, studies = {}, {}
 
     def timed(name, fn, *a):
         t = time.perf_counter()
-        studies[name] = fn(*a)
+        try:
+            studies[name] = fn(*a)
+        except SelectorLensError as e:  # e.g. a table that needs weights a published run left out
+            if setup.train or from_ is None:
+                raise
+            studies[name] = pending(name, STUDY_CLAIM[name], f"not measurable from the published files: {e}")
         times[name] = time.perf_counter() - t
         return studies[name]
 
     t0 = time.perf_counter()
-    runs = timed("seed runs", seed_runs, root / "seeds", scale, executor, workers)
-    timed("marginal_first", marginal_first, runs, root / "seeds", scale)
-    timed("collective", collective, runs, root / "seeds", scale)
-    timed("cascade", cascade_study, runs, root / "seeds", scale)
-    timed("geometry", geometry, runs[0], root / "seeds", scale)
-    timed("scaling", scaling, root / "scaling", scale, executor, workers)
-    timed("noise", noise, root / "noise", scale, executor, workers)
-    timed("asymmetry", asymmetry, root / "asymmetry", scale, executor, workers)
+    timed("training", setup.train_all)  # every run first, in study order
+    del studies["training"]
+    runs = seed_runs(setup)
+    seeds_dir = setup.dir("seeds")
+    timed("marginal_first", marginal_first, runs, seeds_dir, scale)
+    timed("collective", collective, runs, seeds_dir, scale)
+    timed("cascade", cascade_study, runs, seeds_dir, scale)
+    timed("geometry", geometry, geometry_runs(setup, runs), seeds_dir, scale)
+    timed("parity", parity_study, runs, setup.runs("parity"), seeds_dir, scale)
+    timed("scaling", scaling, setup)
+    timed("noise", noise, setup)
+    timed("asymmetry", asymmetry, setup)
     wall = time.perf_counter() - t0
-    del studies["seed runs"]
     claims = [c for s in studies.values() for c in s.claims] + [falsified(studies["collective"], studies["noise"])]
     claims.sort(key=lambda c: c.number)
     summary = {"scale": scale, "executor": executor, "wall_s": wall, "study_s": times,
                "claims": [c.__dict__ for c in claims]}
-    (root / "report.json").write_text(json.dumps(summary, indent=1, default=str))
-
+    if setup.out is not None:
+        (setup.out / "report.json").write_text(json.dumps(summary, indent=1, default=str))
     def cell(x):
         return f"<td style='text-align:left'>{html.escape(str(x))}</td>"
 
@@ -500,7 +634,7 @@ def reproduce(scale: str = "cpu", root=None, output="report.html", executor: str
              "</code>; rerunning reuses finished runs. τ = first eval step with candidate loss < 0.5 log K unless a "
              "claim says otherwise. Verdict rules: see <code>selector_lens/studies.py</code>.</p>")
     blocks = [intro, table]
-    for name in ("marginal_first", "scaling", "collective", "noise", "geometry", "asymmetry", "cascade"):
+    for name in ("marginal_first", "scaling", "collective", "noise", "geometry", "asymmetry", "cascade", "parity"):
         s = studies[name]
         blocks.append(f"<h2>Claim {s.claims[0].number}: {html.escape(s.claims[0].title)}</h2>"
                       f"<p>{html.escape(s.claims[0].ours)}</p>")
@@ -511,27 +645,40 @@ def reproduce(scale: str = "cpu", root=None, output="report.html", executor: str
 
 
 STUDY_FUNCS = {"scaling": scaling, "noise": noise, "asymmetry": asymmetry}
+STUDY_CLAIM = {"training": 0, "marginal_first": 1, "scaling": 2, "collective": 3, "noise": 4, "geometry": 5,
+               "asymmetry": 6, "cascade": 7, "parity": 7}
 
 
 SEED_STUDIES = {"marginal_first": marginal_first, "collective": collective, "cascade": cascade_study,
-                "geometry": lambda runs, out, scale: geometry(runs[0], out, scale)}
+                "geometry": None}
 
 
 def script_main(name: str, doc: str) -> None:
-    """The command line of the analyses/ scripts: --scale, --executor, --workers, --out.
+    """The command line of the analyses/ scripts: --scale, --executor, --workers, --root.
 
-    Runs land where `reproduce` looks for them (checkpoints/reproduce/<scale>/...), so a study
-    run on its own is reused by the report, and the seed-based studies share their runs.
+    Runs land where `reproduce` looks for them (checkpoints/reproduce/<scale>/runs), so a study
+    run on its own is reused by the report, and the studies share their runs.
     """
     from .sweep import study_args
 
-    seeds = name in SEED_STUDIES
-    args, _ = study_args(doc, PRESETS["seeds" if seeds else name], "seeds" if seeds else name)
+    args = study_args(doc)
+    root = args.root or Path("checkpoints") / "reproduce" / args.scale
+    setup = Setup(root, args.scale, args.executor, args.workers, out=root)
     t = time.perf_counter()
-    if seeds:
-        study = SEED_STUDIES[name](seed_runs(args.out, args.scale, args.executor, args.workers), args.out, args.scale)
+    if name in SEED_STUDIES:
+        runs = seed_runs(setup)
+        if name == "geometry":
+            study = geometry(geometry_runs(setup, runs), setup.dir("seeds"), args.scale)
+        else:
+            study = SEED_STUDIES[name](runs, setup.dir("seeds"), args.scale)
     else:
-        study = STUDY_FUNCS[name](args.out, args.scale, args.executor, args.workers)
+        study = STUDY_FUNCS[name](setup)
+    from .viz.dashboard import write_html
+
+    where = setup.dir("seeds" if name in SEED_STUDIES else name)
+    if study.figures:
+        write_html(where / f"{study.name}.html", f"Claim {study.claims[0].number}: {study.claims[0].title}",
+                   study.figures)
     for c in study.claims:
         print(f"claim {c.number} ({c.title}): {c.verdict}\n  paper: {c.paper}\n  ours:  {c.ours}\n  settings: {c.settings}")
-    print(f"wall time {time.perf_counter() - t:.0f} s; wrote {args.out / (study.name + '.json')} and .html")
+    print(f"wall time {time.perf_counter() - t:.0f} s; wrote {where / study.name}.json and .html")

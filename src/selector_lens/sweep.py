@@ -171,12 +171,20 @@ def run_sweep(spec: SweepSpec, root, executor: str = "local", workers: int | Non
     if sweep_json.is_file() and json.loads(sweep_json.read_text())["points"] != record["points"]:
         raise SelectorLensError(f"{root} holds a different sweep; choose another directory")
     sweep_json.write_text(json.dumps(record, indent=1))
+    return run_jobs([(p, str(root / n)) for p, n in zip(points, names)], executor, workers, address, progress)
+
+
+def run_jobs(jobs: list[tuple[dict, str]], executor: str = "local", workers: int | None = None,
+             address: str | None = None, progress: bool = False) -> list[dict]:
+    """Train (or resume, or skip when finished) each (options, run directory); in this order
+    as workers free up. Returns one outcome per job."""
+    if executor not in EXECUTORS:
+        raise SelectorLensError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
     if executor == "batched":  # one process; `workers` caps the runs per batched model
-        return _run_batched([(p, str(root / n)) for p, n in zip(points, names)], workers, progress)
+        return _run_batched(jobs, workers, progress)
     cores = os.cpu_count() or 1
-    workers = max(1, min(workers or cores, len(points)))
+    workers = max(1, min(workers or cores, len(jobs)))
     threads = max(1, cores // workers)
-    jobs = [(p, str(root / n)) for p, n in zip(points, names)]
     if executor == "ray":
         return _run_ray(jobs, threads, address, progress)
     return _run_local(jobs, workers, threads, progress)
@@ -295,19 +303,16 @@ def _run_ray(jobs, threads: int, address: str | None, progress: bool) -> list[di
 
 
 
-def study_args(doc: str, presets: dict, name: str):
-    """The command line shared by the analyses/ studies: --scale, --executor, --workers, --out.
-
-    Returns (args, the chosen preset); `args.out` defaults to checkpoints/reproduce/<scale>/<name>,
-    where `selector-lens reproduce` looks for (and reuses) the same runs.
-    """
+def study_args(doc: str):
+    """The command line shared by the analyses/ studies: --scale, --executor, --workers, --root
+    (default checkpoints/reproduce/<scale>, where `selector-lens reproduce` reuses the same runs)."""
     import argparse
 
+    from .presets import SCALES
+
     ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
-    ap.add_argument("--scale", choices=sorted(presets), default="cpu")
+    ap.add_argument("--scale", choices=SCALES, default="cpu")
     ap.add_argument("--executor", choices=list(EXECUTORS), default="local")
     ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
-    args.out = args.out or Path("checkpoints") / "reproduce" / args.scale / name
-    return args, presets[args.scale]
+    ap.add_argument("--root", type=Path, default=None)
+    return ap.parse_args()

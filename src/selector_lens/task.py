@@ -21,6 +21,7 @@ SPECIAL = ("[PAD]", "[BOS]", "[EOS]", "[SEP]")
 D_VOCAB = len(SPECIAL) + len(ALPHABET)  # 40
 CHAR_ID = {c: i + len(SPECIAL) for i, c in enumerate(ALPHABET)}
 DIRECTIONS = ("bz_to_a", "b_to_a", "a_to_b", "az_to_b")
+PARITIES = ("ours", "paper")
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,12 @@ class SelectorTask:
     direction: str = "bz_to_a"
     unique_first_char: bool = True
     seed: int = 42
+    parity: str = "ours"  # "paper": the paper's code's dataset, init and batch order (parity.py)
 
     def __post_init__(self):
         n = len(ALPHABET)
+        if self.parity not in PARITIES:
+            raise SelectorLensError(f"unknown parity {self.parity!r}; choose one of {', '.join(PARITIES)}")
         if self.direction not in DIRECTIONS:
             raise SelectorLensError(
                 f"unknown direction {self.direction!r}; choose one of {', '.join(DIRECTIONS)}"
@@ -122,7 +126,12 @@ class SelectorTask:
         return self.source_length - 1
 
     def generate(self) -> "TaskData":
-        """Sample the strings from `seed` and build the tensors."""
+        """Sample the strings from `seed` and build the tensors (parity "paper": the paper's
+        code's strings, in its order)."""
+        if self.parity == "paper":
+            from .parity import paper_strings
+
+            return TaskData.from_strings(self, *paper_strings(self))
         rng = np.random.default_rng(self.seed)
         n = len(ALPHABET)
         bases = [_to_str(i, self.b_length) for i in _distinct(rng, self.n_bases, n**self.b_length)]

@@ -54,7 +54,12 @@ class BatchOrder:
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
-    """Learning rate for optimizer step `step` (1-based): linear warmup, then constant or cosine."""
+    """Learning rate for optimizer step `step` (1-based): linear warmup, then constant or cosine
+    (parity "paper": the paper code's own schedule, `parity.lr_factor`)."""
+    if cfg.task.parity == "paper":
+        from .parity import lr_factor
+
+        return cfg.lr * lr_factor(step)
     if step <= cfg.warmup_steps:
         return cfg.lr * step / cfg.warmup_steps
     if cfg.schedule == "cosine":
@@ -190,7 +195,13 @@ class _RunState:
             self.model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay
         )
         self.eval_set = self.run.eval_set()  # a resumed run keeps the groups it recorded
-        self.order = BatchOrder(self.task.n_examples, cfg.batch_size, cfg.seed)
+        if self.task.parity == "paper":
+            from .parity import PaperBatchOrder, rng_after_init
+
+            state = rng_after_init(cfg.model, self.task)
+            self.order = PaperBatchOrder(self.task.n_examples, cfg.batch_size, state)
+        else:
+            self.order = BatchOrder(self.task.n_examples, cfg.batch_size, cfg.seed)
         self.tokens = data.tokens.to(device)
         self.device = device
         metrics_path = out / "metrics.jsonl"
@@ -198,10 +209,10 @@ class _RunState:
         self.step, elapsed = 0, 0.0
         if has_state:
             try:
-                state = torch.load(self.run.state_path, map_location=device, weights_only=False)
+                state = torch.load(self.run.state_path, map_location=device, weights_only=True)
                 self.step, elapsed = state["step"], state["elapsed"]
                 self.opt.load_state_dict(state["optimizer"])
-            except Exception as e:  # torn or foreign file: name it
+            except Exception as e:  # torn or foreign file (a pickle with code is refused, never run): name it
                 raise SelectorLensError(f"corrupt checkpoint: {self.run.state_path} ({type(e).__name__})") from None
             self.run.model_at(self.step, self.model)
             self.rows = [r for r in self.run.metric_rows() if r["step"] <= self.step]

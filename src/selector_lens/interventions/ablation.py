@@ -119,20 +119,55 @@ def resample_sources(n: int, seed: int) -> torch.Tensor:
 METRICS = ("loss", "first_target_loss", "candidate_loss", "candidate_acc", "dz")
 
 
-def ablate_heads(run, heads, mode: str = "mean", steps=None, keep_only: bool = False, seed: int = 0):
+ABLATION_VERSION = "1"  # bump when the ablation's numbers change: stored tables are then recomputed
+
+
+def ablate_heads(run, heads, mode: str = "mean", steps=None, keep_only: bool = False, seed: int = 0,
+                 recompute: bool = False):
     """Clean vs ablated metrics at each step, one row per step (a tidy DataFrame).
 
     `keep_only=True` ablates every head except `heads` (sufficiency). Clean values come from the
     run's metrics.jsonl when that step was evaluated there (same evaluation set), else are computed.
+    Kept in the run's analysis store (`store.per_step`); `recompute=True` bypasses it.
     """
-    return _ablation_table(run, [list(heads)], mode, steps, keep_only, seed)
+    return _stored_table(run, [list(heads)], mode, steps, keep_only, seed, recompute)
 
 
-def ablate_each_head(run, steps=None, mode: str = "mean", keep_only: bool = False, seed: int = 0):
+def ablate_each_head(run, steps=None, mode: str = "mean", keep_only: bool = False, seed: int = 0,
+                     recompute: bool = False):
     """`ablate_heads` for every head in turn (necessity), or every head alone kept (sufficiency)."""
     cfg = run.config.model
-    return _ablation_table(run, [[(l, h)] for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
-                           mode, steps, keep_only, seed)
+    return _stored_table(run, [[(l, h)] for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
+                         mode, steps, keep_only, seed, recompute)
+
+
+def _stored_table(run, head_sets, mode, steps, keep_only, seed, recompute):
+    from ..store import per_step
+
+    if mode not in MODES:
+        raise SelectorLensError(f"unknown ablation mode {mode!r}; choose one of {', '.join(MODES)}")
+    cfg = run.config.model
+    for heads in head_sets:
+        check_heads(_Shape(cfg.n_layers, cfg.n_heads), heads)
+    steps = run.steps if steps is None else list(steps)
+    for step in steps:
+        run.check_step(step)
+    params = {"head_sets": [[list(h) for h in hs] for hs in head_sets], "mode": mode, "keep_only": keep_only,
+              "seed": seed, "eval_set": "the run's recorded groups"}
+    return per_step(run, "ablation", ABLATION_VERSION, params, steps,
+                    lambda todo: _ablation_table(run, head_sets, mode, todo, keep_only, seed), recompute)
+
+
+@dataclass
+class _Shape:
+    """What `check_heads` reads of a model, from a run's config (no model built)."""
+
+    n_layers: int
+    n_heads: int
+
+    @property
+    def cfg(self):
+        return self
 
 
 def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
@@ -166,4 +201,63 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
                 row[f"clean_{m}"], row[f"ablated_{m}"] = c, a
                 row[f"delta_{m}"] = None if c is None or a is None else a - c
             rows.append(row)
+    return pd.DataFrame(rows)
+
+
+TRAINING_ABLATION_VERSION = "1"
+
+
+def training_set_ablation(run, steps, n_examples: int = 2048, seed: int = 0, recompute: bool = False):
+    """The paper's per-head measure: mean-ablate each head's `hook_z` (its mean over the
+    examples, position by position) on `n_examples` training examples (the first of a seeded
+    `randperm` of the dataset), and report per step x head the change of the training loss (A
+    tokens and EOS), of the first-target loss, and of the first-target loss restricted to the
+    base's K first characters (`d_cand`). Runs the HookedTransformer itself (`run_with_hooks`).
+    Kept in the run's analysis store."""
+    from ..store import per_step
+
+    steps = list(steps)
+    for step in steps:
+        run.check_step(step)
+    params = {"n_examples": n_examples, "seed": seed, "mode": "mean"}
+    return per_step(run, "training_ablation", TRAINING_ABLATION_VERSION, params, steps,
+                    lambda todo: _training_ablation(run, todo, n_examples, seed), recompute)
+
+
+def _training_losses(logits, tokens, task, first_chars) -> dict:
+    """Training loss, first-target loss and the first-target loss over the K candidate firsts."""
+    first = task.first_target_pos
+    logp = logits[:, first:-1].log_softmax(-1)
+    target = tokens[:, first + 1 :]
+    tok = -logp.gather(-1, target[..., None])[..., 0]
+    cand = logits[:, first].gather(-1, first_chars).log_softmax(-1)  # [N, K] over the base's firsts
+    correct = (first_chars == target[:, :1]).float().argmax(-1)
+    return {"loss": tok.mean().item(), "first": tok[:, 0].mean().item(),
+            "cand": -cand.gather(-1, correct[:, None]).mean().item()}
+
+
+@torch.inference_mode()
+def _training_ablation(run, steps, n_examples, seed):
+    import pandas as pd
+
+    task, data = run.config.task, run.task_data
+    idx = torch.randperm(task.n_examples, generator=torch.Generator().manual_seed(seed))[:n_examples]
+    tokens = data.tokens[idx]
+    first_chars = data.candidates[data.group[idx], :, 0]  # [N, K] the base's K first target tokens
+    rows = []
+    for step, model in run.series(steps):
+        logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("attn.hook_z"))
+        clean = _training_losses(logits, tokens, task, first_chars)
+        for layer in range(model.cfg.n_layers):
+            mean = cache[f"blocks.{layer}.attn.hook_z"].mean(0)  # [pos, head, d_head]
+            for head in range(model.cfg.n_heads):
+                def hook(z, hook, h=head):
+                    z[:, :, h] = mean[:, h]
+                    return z
+
+                ablated = _training_losses(model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", hook)]),
+                                           tokens, task, first_chars)
+                rows.append({"step": step, "layer": layer, "head": head, "label": head_label(layer, head),
+                             **{f"clean_{k}": v for k, v in clean.items()},
+                             **{f"d_{k}": ablated[k] - clean[k] for k in clean}})
     return pd.DataFrame(rows)

@@ -1,0 +1,233 @@
+"""What each study of the paper's claims trains, per scale: one pool of runs, shared by name.
+
+Every study lists its runs as flat options (the names `sweep.make_config` takes). A run two
+studies need (the K = 10, n_bases = 1000, seed-42 baseline is the seeds study's first seed, a
+point of τ vs D, of τ vs K at D = 10,000 and the forward run of the asymmetry study) is one run
+directory, trained once, under `<root>/runs/<name>`. Pure Python (no torch): `reproduce --plan`
+and the CLI read it instantly.
+
+Scales: `cpu` (this two-core machine, ~40 min), `paper` (the paper's settings, ~6 h here; its
+cuts are listed in `PAPER_CUTS`) and `tiny` (the test suite's seconds-long version; its verdicts
+mean nothing).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import SelectorLensError
+
+SCALES = ("cpu", "paper", "tiny")
+TINY_MODEL = {"n_layers": 1, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp": 64}
+
+# Base options and grids. A grid's points are its base updated by each combination of values.
+PRESETS = {
+    "seeds": {
+        "cpu": {"base": {"k": 5, "n_bases": 800, "steps": 6000, "eval_every": 25, "ckpt_every": 50},
+                "grid": {"seed": [42, 1, 2]}},
+        "paper": {"base": {"k": 10, "n_bases": 1000}, "grid": {"seed": [42, 43, 44]}},
+        "tiny": {"base": {"k": 3, "n_bases": 12, "steps": 120, "eval_every": 10, "ckpt_every": 10, "lr": 3e-3,
+                          "batch_size": 16, **TINY_MODEL}, "grid": {"seed": [1, 2]}},
+    },
+    "scaling": {
+        "cpu": {"base": {"steps": 4000, "eval_every": 20, "ckpt_every": 500, "eval_groups": "50", "seed": 42},
+                "d": {"k": [5], "D": [500, 1000, 2000, 4000]}, "k": {"k": [4, 5, 10], "D": [2000]}},
+        "paper": {"base": {"seed": 42},
+                  "d": {"k": [3, 5, 7, 10, 15, 20, 25, 36], "n_bases": [1000]},
+                  "k": {"k": [5, 10, 20, 36], "D": [10000, 20000]}},
+        "tiny": {"base": {"steps": 60, "eval_every": 10, "ckpt_every": 60, "lr": 3e-3, "batch_size": 16, **TINY_MODEL},
+                 "d": {"k": [3], "D": [18, 36]}, "k": {"k": [2, 3], "D": [36]}},
+    },
+    "noise": {
+        "cpu": {"base": {"k": 5, "n_bases": 400, "steps": 3000, "eval_every": 20, "ckpt_every": 1000,
+                         "eval_groups": "50", "seed": 42},
+                "lr": {"lr": [3e-4, 1e-3, 2e-3, 5e-3]}, "batch_size": {"batch_size": [32, 64, 128, 256]}},
+        "paper": {"base": {"k": 20, "n_bases": 1000, "seed": 42},
+                  "lr": {"lr": [3e-4, 5e-4, 1e-3, 2e-3, 5e-3]}, "batch_size": {"batch_size": [64, 128, 256, 512]}},
+        "tiny": {"base": {"k": 3, "n_bases": 12, "steps": 60, "eval_every": 10, "ckpt_every": 60, **TINY_MODEL},
+                 "lr": {"lr": [1e-3, 3e-3]}, "batch_size": {"batch_size": [8, 16]}},
+    },
+    "asymmetry": {
+        # cpu at D = 4000: at D = 1000 both directions solve within ~120 steps, below what evals resolve
+        "cpu": {"base": {"k": 5, "n_bases": 800, "steps": 4000, "eval_every": 20, "ckpt_every": 1000,
+                         "eval_groups": "50"}, "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [1, 2, 3]}},
+        "paper": {"base": {"k": 10, "n_bases": 1000},
+                  "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [42, 43, 44]}},
+        "tiny": {"base": {"k": 3, "n_bases": 12, "steps": 60, "eval_every": 10, "ckpt_every": 60, "lr": 3e-3,
+                          "batch_size": 16, **TINY_MODEL}, "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [1]}},
+    },
+    # the K = 10 baseline again with the paper code's dataset, init and batch order (parity.py);
+    # no early stop, so its checkpoints reach the steps the paper's ablation table reports (3,700)
+    "parity": {
+        "cpu": {"base": {"k": 5, "n_bases": 800, "steps": 2000, "eval_every": 25, "ckpt_every": 50,
+                         "parity": "paper", "early_stop": False}, "grid": {"seed": [42]}},
+        "paper": {"base": {"k": 10, "n_bases": 1000, "steps": 4000, "parity": "paper", "early_stop": False},
+                  "grid": {"seed": [42]}},
+        "tiny": {"base": {"k": 3, "n_bases": 12, "steps": 60, "eval_every": 10, "ckpt_every": 10, "lr": 3e-3,
+                          "batch_size": 16, "parity": "paper", "early_stop": False, **TINY_MODEL},
+                 "grid": {"seed": [1]}},
+    },
+}
+
+# Hessian settings (claim 5): on the seeds study's first run at its phases, and (paper) on the
+# K = 20, n_bases = 1000 run; `sample_sweep`: subsample sizes at one checkpoint (mid), up to the
+# whole dataset (None), to see how λmin and the ratio move with the sample.
+GEOMETRY = {
+    "cpu": {"sample": 512, "power_iters": 20, "lanczos_iters": 20, "top_k": 5, "noise_batches": 8},
+    "paper": {"sample": 2048, "power_iters": 20, "lanczos_iters": 30, "top_k": 10, "noise_batches": 16,
+              "also": ["k20-nb1000-s42"], "sample_sweep": [512, None]},
+    "tiny": {"sample": 24, "power_iters": 5, "lanczos_iters": 5, "top_k": 2, "noise_batches": 2},
+}
+
+# --- the paper scale: every run sized from its expected waiting time --------------------------
+# τ of our K = 10, n_bases = 1000, seed-42 baseline (the paper's code on this machine: 2,100; the
+# paper: ~1,850), and the paper's laws: τ ∝ D^1.19, flat in K; τ x 3.6 over ~7x lr (∝ lr^0.66);
+# the highest lr never escapes; τ in examples ~constant across batch sizes; the reverse task
+# 1.7x-4.4x slower (3x assumed). An estimate for the plan and the step caps, never a result.
+TAU_REF, D_REF, ALPHA_D, LR_EXPONENT, REVERSE_FACTOR = 1600, 10_000, 1.19, 0.66, 3.0
+NEVER_LR = 5e-3  # the paper: this lr never escapes
+STOP_OVER_TAU = 1.85  # early stop (candidate loss < 0.05 log K for 10 evals) / τ, on the baseline
+# Runs read only for their τ stop sooner: candidate loss (reverse: token loss, nats) < 0.1 log K
+# for 3 evals, ~1.4 τ. Runs whose checkpoints after τ are analysed (the seeds, the Hessian's K = 20
+# run) keep the default stop.
+FAST_STOP = {"early_stop_frac": 0.1, "early_stop_evals": 3}
+FAST_STOP_OVER_TAU = 1.4
+CAP_OVER_TAU = 3.0  # a run's step budget: 3x its expected τ at lr 1e-3 (so "never" means > 3 τ)
+
+PAPER_CUTS = [
+    "K at n_bases = 1000: 3, 5, 7, 10, 15, 20, 25, 36 (8 of the paper's 11; 13, 17 and 30 dropped)",
+    "parity: one run of the K = 10 baseline with the paper code's data, init and batches (seed 42, "
+    "4,000 steps, no early stop)",
+    "seeds: 3 for the baseline (claims 1, 3, 7) and for each direction (claim 6); the paper used 5+",
+    "runs read only for τ (not the seeds, not the K = 20 Hessian run) stop once the candidate "
+    "loss stays below 0.1 log K for 3 evals (default: 0.05 log K for 10)",
+    "evaluation: a seeded subset of groups, fewer as K grows so an eval costs about what K = 10's does "
+    "(round(10,000 / K^2) groups, between 25 and 50: 50 up to K = 14, 25 from K = 20); every 100 steps (at batch "
+    "128; every 12,800 examples at other batch sizes) where the expected τ exceeds 3,000 steps",
+    "step budget: 3x the run's expected τ at lr 1e-3 (the estimate from D^1.19), at least 3,000; "
+    "a run that never escapes within it is reported as 'no escape within N steps'",
+    "Hessian: 2,048-example subsample (the paper's batch), 20 power and 30 Lanczos iterations, at "
+    "pre / mid / post of seed 42 and of K = 20; also 512 and all 10,000 examples at seed 42's mid",
+]
+
+
+def paper_eval(options: dict) -> dict:
+    """Evaluation density for the paper scale: an eval costs about what K = 10's does, and long
+    runs every 100 steps (< 3% of their τ); in examples, so the batch sizes share a resolution."""
+    k = options.get("k", 10)
+    groups = min(50, max(25, round(10_000 / k**2)))
+    forward = {**options, "direction": "bz_to_a", "batch_size": 128}  # both directions alike
+    every = 100 if expected_tau(forward, at_default_lr=True) > 3000 else 50
+    # batch sizes are compared in examples: evaluate every equal number of examples
+    return {"eval_groups": str(groups), "eval_every": max(1, every * 128 // options.get("batch_size", 128))}
+
+
+def expected_tau(options: dict, at_default_lr: bool = False) -> float | None:
+    """The plan's estimate of τ (steps) for flat options; None where the paper says never."""
+    k, n_bases = options.get("k", 10), options["n_bases"]
+    lr = 1e-3 if at_default_lr else options.get("lr", 1e-3)
+    if lr >= NEVER_LR:
+        return None
+    tau = TAU_REF * (k * n_bases / D_REF) ** ALPHA_D * (lr / 1e-3) ** LR_EXPONENT
+    tau *= 128 / options.get("batch_size", 128)
+    if options.get("direction", "bz_to_a") in ("a_to_b", "az_to_b"):
+        tau *= REVERSE_FACTOR
+    return tau
+
+
+def _paper_options(options: dict) -> dict:
+    """Step budget and eval density of one paper-scale run (dense checkpoints, default stop)."""
+    base_tau = expected_tau(options, at_default_lr=True)
+    tau = expected_tau(options)
+    cap = max(3000, CAP_OVER_TAU * base_tau, 2 * tau if tau else 0)
+    return {"ckpt_every": 50, **paper_eval(options), "steps": int(math.ceil(cap / 500) * 500), **options}
+
+
+def _expand(base: dict, grid: dict) -> list[dict]:
+    import itertools
+
+    keys = list(grid)
+    return [{**base, **dict(zip(keys, combo))} for combo in itertools.product(*grid.values())]
+
+
+def _defaults() -> dict:
+    from dataclasses import MISSING, fields
+
+    from .config import ModelConfig, TrainConfig
+    from .task import SelectorTask
+
+    return {f.name: f.default for cls in (SelectorTask, ModelConfig, TrainConfig) for f in fields(cls)
+            if f.default is not MISSING}
+
+
+ALWAYS = ("k", "n_bases", "seed")
+
+
+def canonical(options: dict) -> dict:
+    """D -> n_bases = round(D / K) (as `make_config` does), and options equal to their default
+    dropped (K, n_bases and seed kept), so equal runs have equal options and one name."""
+    options = dict(options)
+    if "D" in options:
+        options["n_bases"] = max(1, round(options.pop("D") / options.get("k", 10)))
+    defaults = _defaults()
+    options = {k: v for k, v in options.items() if k in ALWAYS or k not in defaults or v != defaults[k]}
+    return {"k": defaults["k"], "n_bases": defaults["n_bases"], "seed": defaults["seed"], **options}
+
+
+NAME_ORDER = ("parity", "direction", "lr", "batch_size", "z_length")
+SHORT = {"batch_size": "bs", "z_length": "z"}
+
+
+def run_name(options: dict) -> str:
+    """`k10-nb1000-s42`, `k20-nb1000-lr0.002-s42`, `k10-nb1000-a_to_b-s43`, `k20-nb1000-bs64-s42`:
+    K, n_bases and seed always, then what the studies vary, when it differs from the default."""
+    defaults = {"parity": "ours", "direction": "bz_to_a", "lr": 1e-3, "batch_size": 128, "z_length": 2}
+    parts = [f"k{options.get('k', 10)}", f"nb{options['n_bases']}"]
+    for key in NAME_ORDER:
+        if key in options and options[key] != defaults[key]:
+            v = options[key]
+            parts.append(v if isinstance(v, str) else f"{SHORT.get(key, key)}{v:g}")
+    return "-".join(parts + [f"s{options.get('seed', 42)}"])
+
+
+def study_runs(scale: str) -> dict[str, dict[str, dict]]:
+    """Per study and part, the runs it needs: {"scaling/d": {name: options}, ...}. Equal options
+    under one name are one run, shared; a run whose name is taken by other options gets its
+    study's name appended (`k5-nb800-s1-asymmetry`)."""
+    if scale not in SCALES:
+        raise SelectorLensError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
+    parts: dict[str, list[dict]] = {}
+    for study, presets in PRESETS.items():
+        p = presets[scale]
+        grids = {k: v for k, v in p.items() if k != "base"}
+        for part, grid in grids.items():
+            key = study if part == "grid" else f"{study}/{part}"
+            parts[key] = [canonical(o) for o in _expand(p["base"], grid)]
+    out: dict[str, dict[str, dict]] = {}
+    seen: dict[str, dict] = {}
+    for key, points in parts.items():
+        out[key] = {}
+        for options in points:
+            if scale == "paper":
+                options = canonical(_paper_options(options))
+            name = run_name(options)
+            if name in seen and seen[name] != options:
+                name = f"{name}-{key.split('/')[0]}"
+            seen[name] = options
+            out[key][name] = options
+    if scale == "paper":  # runs read only for τ stop sooner (FAST_STOP)
+        full = set(out["seeds"]) | set(out["parity"]) | set(GEOMETRY[scale].get("also", []))
+        out = {key: {n: o if n in full else {**o, **FAST_STOP} for n, o in members.items()}
+               for key, members in out.items()}
+    return out
+
+
+def pool(scale: str) -> dict[str, dict]:
+    """Every distinct run of a scale, in study order (what `reproduce` trains, in this order)."""
+    runs: dict[str, dict] = {}
+    parts = study_runs(scale)
+    first = [k for k in ("seeds", "parity") if k in parts]  # the baselines first: the cascade reads them
+    for part in [parts[k] for k in first] + [v for k, v in parts.items() if k not in first]:
+        for name, options in part.items():
+            runs.setdefault(name, options)
+    return runs

@@ -1,0 +1,79 @@
+"""The analysis store: tables kept with the run, served only when their key matches."""
+
+import shutil
+
+import pytest
+import torch
+
+import selector_lens as sl
+from selector_lens.errors import SelectorLensError
+from selector_lens.interventions import ablation
+from selector_lens.model import save_weights
+from selector_lens.publish import publish_run
+from selector_lens.store import STORE_DIR
+from tests.conftest import tiny
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return sl.train(tiny(steps=40), out=tmp_path_factory.mktemp("store") / "r")
+
+
+def counting(monkeypatch):
+    calls = []
+    real = ablation._ablation_table
+
+    def spy(run, head_sets, mode, steps, keep_only, seed):
+        calls.append(list(steps))
+        return real(run, head_sets, mode, steps, keep_only, seed)
+
+    monkeypatch.setattr(ablation, "_ablation_table", spy)
+    return calls
+
+
+def test_a_second_call_is_served_from_the_store(run, monkeypatch):
+    first = sl.ablate_each_head(run, [20, 40], recompute=True)
+    calls = counting(monkeypatch)
+    again = sl.ablate_each_head(run, [40, 20])
+    assert calls == []
+    assert sorted(again.to_dict(orient="records"), key=str) == sorted(first.to_dict(orient="records"), key=str)
+    assert len(list((run.path / STORE_DIR / "ablation").rglob("step_*.json"))) == 2
+    sl.ablate_each_head(run, [20], recompute=True)
+    assert calls == [[20]]
+    sl.ablate_each_head(run, [0, 20])  # only the missing step is computed
+    assert calls == [[20], [0]]
+
+
+def test_other_parameters_other_weights_or_another_version_are_recomputed(run, monkeypatch):
+    sl.ablate_heads(run, [(0, 1)], "mean", [40])
+    calls = counting(monkeypatch)
+    sl.ablate_heads(run, [(0, 1)], "zero", [40])
+    assert calls == [[40]]
+    monkeypatch.setattr(ablation, "ABLATION_VERSION", "changed")
+    sl.ablate_heads(run, [(0, 1)], "zero", [40])
+    assert calls == [[40], [40]]
+    monkeypatch.undo()
+    calls = counting(monkeypatch)
+    model = run.model_at(40)
+    with torch.no_grad():
+        model.blocks[0].attn.W_O[1].mul_(0.5)  # new weights under the same step: a stale key
+    save_weights(model, run.ckpt_path(40), 40, run.config_hash)
+    changed = sl.ablate_heads(run, [(0, 1)], "mean", [40])
+    assert calls == [[40]]
+    assert changed.ablated_loss.notna().all()
+
+
+def test_a_copied_run_keeps_its_store_and_a_published_one_serves_it_without_weights(run, tmp_path, monkeypatch):
+    want = sl.ablate_each_head(run, [20])
+    copy = sl.Run.open(shutil.copytree(run.path, tmp_path / "copy"))
+    publish_run(run, tmp_path / "pub")
+    published = sl.Run.open(tmp_path / "pub")
+    calls = counting(monkeypatch)
+    assert sl.ablate_each_head(copy, [20]).equals(want)
+    assert sl.ablate_each_head(published, [20]).equals(want)
+    assert calls == []
+    assert published.steps == run.steps and published.tau() == run.tau()
+    with pytest.raises(SelectorLensError, match="published run: its weights are not included"):
+        published.model_at(20)
+    with pytest.raises(SelectorLensError, match="published run"):
+        sl.ablate_each_head(published, [0, 40], recompute=True)
