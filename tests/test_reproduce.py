@@ -73,6 +73,10 @@ def test_the_report_rebuilds_from_published_files_alone(report, tmp_path):
     # the dataset a published run regenerates is the one it trained on
     name = published["published"][0]
     assert sl.Run.open(pub / "runs" / name).task_data.to_json() == sl.Run.open(root / "runs" / name).task_data.to_json()
+    from selector_lens.viz.dashboard import run_dashboard
+
+    page = run_dashboard(sl.Run.open(pub / "runs" / name), tmp_path / "run.html").read_text()
+    assert "need the weights, which a published run leaves out" in page
     out = cli("reproduce", "--from", str(pub), "-o", str(tmp_path / "again.html"), "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["claims"] == json.loads((pub / "report.json").read_text())["claims"]

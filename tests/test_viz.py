@@ -149,3 +149,25 @@ def test_dashboard_of_a_run_still_training_and_of_an_empty_run(run, tmp_path):
     (live / "metrics.jsonl").write_text("")
     with pytest.raises(sl.SelectorLensError, match="has no metrics yet"):
         run_dashboard(sl.Run.open(live), tmp_path / "empty.html")
+
+
+def test_static_loglog_svg_places_points_on_log_axes():
+    import xml.etree.ElementTree as ET
+
+    from selector_lens.viz.static import loglog_svg
+
+    svg = loglog_svg([(1000, 100, "a"), (10000, 1000, "b"), (100000, 10000, "c")], "t", "D", "τ", line=(0.1, 1.0))
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    circles = root.findall(f"{ns}circle")
+    assert len(circles) == 3
+    xs = [float(c.get("cx")) for c in circles]
+    ys = [float(c.get("cy")) for c in circles]
+    # equal ratios are equal distances on log axes; larger y is higher (smaller cy)
+    assert xs[1] - xs[0] == pytest.approx(xs[2] - xs[1], abs=0.2)
+    assert ys[0] > ys[1] > ys[2] and ys[0] - ys[1] == pytest.approx(ys[1] - ys[2], abs=0.2)
+    # the line y = 0.1 x passes through all three points
+    fit = [e for e in root.findall(f"{ns}line") if e.get("stroke-dasharray")][0]
+    x1, y1, x2, y2 = (float(fit.get(k)) for k in ("x1", "y1", "x2", "y2"))
+    for x, y in zip(xs, ys):
+        assert y1 + (y2 - y1) * (x - x1) / (x2 - x1) == pytest.approx(y, abs=0.5)

@@ -442,6 +442,9 @@ def reproduce(
                                          "(`selector-lens publish`): trains nothing, needs no checkpoint."),
     no_train: bool = typer.Option(False, "--no-train", help="Train nothing: report on the runs that have "
                                   "finished (their analyses are computed and stored with them)."),
+    only: Optional[str] = typer.Option(None, help="Comma-separated studies to measure (marginal_first, scaling, "
+                                       "collective, noise, geometry, asymmetry, cascade, parity); the rest are "
+                                       "reported as not measured."),
     json_out: bool = typer.Option(False, "--json", help="Print the claims (or the plan) as JSON."),
 ):
     """Run (or reuse) every study and write one report: each claim, the paper's number, ours, a verdict."""
@@ -464,9 +467,10 @@ def reproduce(
     from .studies import reproduce as run_all
 
     if from_ is not None:
-        summary = run_all(scale, output=output, from_=from_)
+        summary = run_all(scale, output=output, from_=from_, only=only.split(",") if only else None)
     else:
-        summary = run_all(scale or "cpu", root, output, executor, workers, train=not no_train)
+        summary = run_all(scale or "cpu", root, output, executor, workers, train=not no_train,
+                          only=only.split(",") if only else None)
     if json_out:
         _json(summary)
         return

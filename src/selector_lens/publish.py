@@ -36,6 +36,23 @@ def publish_run(run: Run, dest: Path) -> None:
         shutil.copytree(run.path / STORE_DIR, dest / STORE_DIR)
 
 
+def write_tau_vs_d_svg(scaling: dict, path: Path) -> None:
+    """τ against D on log-log axes with the fitted power law (from a scaling study's JSON)."""
+    from .viz.static import loglog_svg
+
+    points = scaling.get("tau_vs_D_points") or []
+    if len(points) < 2:
+        return
+    fit = (scaling.get("fits") or {}).get("tau_vs_D")
+    title = "τ vs D at n_bases = 1000 (K = " + ", ".join(str(k) for _, _, k in points) + ")"
+    if fit:
+        lo, hi = fit["alpha_ci"]
+        title += f": α = {fit['alpha']:.2f} [{lo:.2f}, {hi:.2f}] (paper 1.19)"
+    svg = loglog_svg([(d, t, f"K={k}") for d, t, k in points], title, "D (examples)", "τ (steps)",
+                     (fit["C"], fit["alpha"]) if fit else None)
+    path.write_text(svg)
+
+
 def publish(root, dest, scale: str | None = None, output=None) -> dict:
     """Publish every finished run under `<root>/runs/` into `<dest>/runs/`, then rebuild the
     report from `dest` alone. Returns the report's summary plus what was published."""
@@ -57,6 +74,9 @@ def publish(root, dest, scale: str | None = None, output=None) -> dict:
     if scale is None:
         scale = json.loads((root / "report.json").read_text())["scale"] if (root / "report.json").is_file() else "paper"
     summary = reproduce(scale, output=Path(output) if output else dest / "report.html", from_=dest, out=dest)
+    scaling = dest / "scaling" / "scaling.json"
+    if scaling.is_file():  # the README's figure: τ vs D, as a static image
+        write_tau_vs_d_svg(json.loads(scaling.read_text()), dest / "tau_vs_d.svg")
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()) / 1e6
     summary.update({"published": done, "still_running": pending, "size_mb": size})
     (dest / "report.json").write_text(json.dumps({k: v for k, v in summary.items() if k != "output"}, indent=1,

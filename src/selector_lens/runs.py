@@ -151,12 +151,17 @@ class Run:
         from .model import build_model, load_weights
 
         self.check_step(step)
-        if not self.ckpt_dir.is_dir():
+        if not self.has_weights:
             raise SelectorLensError(f"{self.path} is a published run: its weights are not included (step {step})")
         if model is None:
             model = build_model(self.config.model, self.config.task, self.config.seed)
         load_weights(model, self.ckpt_path(step), self.config_hash)
         return model
+
+    @property
+    def has_weights(self) -> bool:
+        """False for a published run (its checkpoints are listed, not included)."""
+        return self.ckpt_dir.is_dir()
 
     def tau(self, threshold: float = 0.5) -> int | None:
         """First eval step with candidate loss < threshold x log K (None: no transition yet)."""

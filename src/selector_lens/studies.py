@@ -212,7 +212,7 @@ def cascade_study(runs: list[Run], out: Path, scale: str) -> Study:
     """Claim 7: the routing head, its onset, Δz's lead over τ, necessity and sufficiency."""
     import plotly.graph_objects as go
 
-    from .interventions.ablation import ablate_heads
+    from .interventions.ablation import ablate_each_head
     from .routing import cascade, find_routing_head
 
     if not runs:
@@ -225,8 +225,10 @@ def cascade_study(runs: list[Run], out: Path, scale: str) -> Study:
         found = find_routing_head(run)
         c = cascade(run, head=found["routing_head"])
         phases = run.phases()
-        abl = ablate_heads(run, [found["routing_head"]], "mean", [phases[p] for p in ("pre", "mid", "post")])
-        delta = dict(zip(("pre", "mid", "post"), abl.delta_candidate_loss.tolist()))
+        every = ablate_each_head(run, sorted({phases[p] for p in ("pre", "mid", "post")}))  # stored: the dashboard's
+        layer, head = found["routing_head"]
+        mine = every[(every.layer == layer) & (every["head"] == head)].set_index("step")
+        delta = {p: float(mine.loc[phases[p], "delta_candidate_loss"]) for p in ("pre", "mid", "post")}
         rows.append({"run": run.path.name, "tau": c["tau"], "routing_head": c["routing_head"],
                      "attention_agrees": found["attention_agrees"], "attn_onset": c["attn_onset"],
                      "dz_onset": c["dz_onset"], "attn_lead_frac": c["attn_lead_frac"], "dz_lead_frac": c["dz_lead_frac"],
@@ -410,7 +412,9 @@ def scaling(setup: Setup) -> Study:
     fits["k_beyond_D"] = scaling_fits(table)["k_beyond_D"]
     result = {"tau_definition": "first eval step with candidate_loss < 0.5 * log K",
               "paper": {"alpha_D": 1.19, "alpha_D_ci": [1.14, 1.31], "alpha_K": 0.0},
-              "fits": fits, "runs": table.to_dict(orient="records")}
+              "fits": fits, "runs": table.to_dict(orient="records"),
+              "tau_vs_D_points": [[int(r.D), int(r.tau), int(r.k)] for r in tables["d"].itertuples() if r.tau == r.tau
+                                  and r.tau is not None]}
     done = tables["d"][tables["d"].tau.notna()]
     fit = power_law_fit(done.D, done.tau) if done.D.nunique() >= 2 else None
     figs = [tau_vs_d(tables["d"], fit), tau_vs_k(tables["k"])]
@@ -567,12 +571,13 @@ VERDICT_COLOURS = {"reproduced": "#d4edda", "partly": "#fff3cd", "not reproduced
 
 
 def reproduce(scale: str | None = "cpu", root=None, output="report.html", executor: str = "local", workers=None,
-              from_=None, out=None, train: bool = True) -> dict:
+              from_=None, out=None, train: bool = True, only=None) -> dict:
     """Run (or reuse) every study at `scale` and write one HTML report of the paper's claims.
 
     `from_`: a published folder (`publish`): train nothing, read its finished runs and stored
     tables, and rebuild the report (its scale is read from the folder's report.json unless given).
-    `train=False`: report on the finished runs under `root`, training nothing.
+    `train=False`: report on the finished runs under `root`, training nothing. `only`: the
+    studies to measure (names as in `STUDY_CLAIM`); the others are reported as not run.
     Study files go to `out` (default: `root`, nowhere when rebuilding from a published folder).
     """
     from .viz.dashboard import write_html
@@ -591,14 +596,23 @@ def reproduce(scale: str | None = "cpu", root=None, output="report.html", execut
     scale = setup.scale
     times, studies = {}, {}
 
+    if only is not None and set(only) - set(STUDY_CLAIM):
+        raise SelectorLensError(f"unknown studies {', '.join(sorted(set(only) - set(STUDY_CLAIM)))}; choose from "
+                                f"{', '.join(k for k in STUDY_CLAIM if k != 'training')}")
+
     def timed(name, fn, *a):
         t = time.perf_counter()
+        if only is not None and name not in only and name != "training":
+            studies[name] = pending(name, STUDY_CLAIM[name], "not measured in this report (reproduce --only)")
+            times[name] = 0.0
+            return studies[name]
         try:
             studies[name] = fn(*a)
         except SelectorLensError as e:  # e.g. a table that needs weights a published run left out
             if setup.train or from_ is None:
                 raise
-            studies[name] = pending(name, STUDY_CLAIM[name], f"not measurable from the published files: {e}")
+            why = str(e).replace(str(setup.root), setup.root.name)  # no machine's path in a published claim
+            studies[name] = pending(name, STUDY_CLAIM[name], f"not measurable from the published files: {why}")
         times[name] = time.perf_counter() - t
         return studies[name]
 
@@ -611,7 +625,7 @@ def reproduce(scale: str | None = "cpu", root=None, output="report.html", execut
     timed("collective", collective, runs, seeds_dir, scale)
     timed("cascade", cascade_study, runs, seeds_dir, scale)
     timed("geometry", geometry, geometry_runs(setup, runs), seeds_dir, scale)
-    timed("parity", parity_study, runs, setup.runs("parity"), seeds_dir, scale)
+    timed("parity", parity_study, runs, setup.runs("parity") if "parity" in study_runs(scale) else [], seeds_dir, scale)
     timed("scaling", scaling, setup)
     timed("noise", noise, setup)
     timed("asymmetry", asymmetry, setup)

@@ -80,10 +80,15 @@ def run_dashboard(run, out, ablation: bool = True, patch_steps: int = 8, example
     routing = None
     phases = run.phases() if tau is not None and run.steps else None
     if ablation and phases and task.has_z:
-        table = ablate_each_head(run, sorted(set(phases[p] for p in ("pre", "mid", "post"))), mode)
-        post = table[table.step == phases["post"]]
-        routing = "L{}H{}".format(*most_necessary_head(post)[0])
-        abl_fig = figures.ablation_heatmaps(table, {p: phases[p] for p in ("pre", "mid", "post")})
+        try:  # a published run serves its stored tables, and has nothing to compute them from
+            table = ablate_each_head(run, sorted(set(phases[p] for p in ("pre", "mid", "post"))), mode)
+            post = table[table.step == phases["post"]]
+            routing = "L{}H{}".format(*most_necessary_head(post)[0])
+            abl_fig = figures.ablation_heatmaps(table, {p: phases[p] for p in ("pre", "mid", "post")})
+        except SelectorLensError as e:
+            if run.has_weights:
+                raise
+            notes.append(f"head ablation: not stored with this published run ({e})")
     elif ablation:
         notes.append("head ablation: needs a run with z that has transitioned (phases come from τ)")
     if task.has_z:
@@ -93,12 +98,15 @@ def run_dashboard(run, out, ablation: bool = True, patch_steps: int = 8, example
         blocks.append(figures.group_transition(metrics, task.k))
     if routing is not None:
         blocks.append(abl_fig)
-    if task.direction == "bz_to_a" and task.k > 1 and run.steps and patch_steps > 0:
+    if not run.has_weights:
+        notes.append("activation patching and the attention explorer: need the weights, which a published run "
+                     "leaves out")
+    elif task.direction == "bz_to_a" and task.k > 1 and run.steps and patch_steps > 0:
         labels = decode(run.task_data.tokens[0].tolist())
         blocks.append(figures.patching_heatmap(patch_series(run, "resid_pre", figures.thin(run.steps, patch_steps)), labels))
     else:
         notes.append("activation patching: needs a bz_to_a run with K >= 2 and checkpoints")
-    if run.steps:
+    if run.steps and run.has_weights:
         tokens = run.task_data.tokens[example : example + 1]
         patterns = {s: attention_patterns(m, tokens).numpy() for s, m in run.series(figures.thin(run.steps, explorer_steps))}
         blocks.append(f"<h2>Attention explorer: example {example}</h2>")
