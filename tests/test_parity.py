@@ -158,3 +158,11 @@ def test_a_crafted_pickle_is_refused_and_never_run(tmp_path):
     with pytest.raises(SelectorLensError, match=r"corrupt checkpoint: .*last.pt"):
         sl.train(tiny(steps=40), out=tmp_path / "r", resume=True)
     assert not marker.exists()
+
+
+def test_checkpoints_written_before_parity_existed_still_belong_to_their_runs():
+    from selector_lens.model import config_hash
+
+    # the hash checkpoints of this config carried before the parity field was added
+    assert config_hash(sl.SelectorTask(k=10, n_bases=1000, seed=44), sl.ModelConfig()) == "29cc1261a3264a80"
+    assert config_hash(PAPER_TASK, sl.ModelConfig()) != config_hash(sl.SelectorTask(k=10, n_bases=1000), sl.ModelConfig())

@@ -32,9 +32,15 @@ def build_model(cfg: ModelConfig, task: SelectorTask, seed: int = 42, device: st
     return model.to(device, print_details=False)
 
 
+# Fields added after checkpoints were first written, at the value that reproduces the old
+# behaviour: left out of the hash, so those checkpoints still belong to their runs.
+LATER_FIELDS = {"parity": "ours"}
+
+
 def config_hash(*configs) -> str:
     """Short stable hash of dataclass configs: ties a checkpoint to the run that wrote it."""
-    blob = json.dumps([asdict(c) for c in configs], sort_keys=True)
+    dicts = [{k: v for k, v in asdict(c).items() if LATER_FIELDS.get(k, object()) != v} for c in configs]
+    blob = json.dumps(dicts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
