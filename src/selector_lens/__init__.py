@@ -31,6 +31,9 @@ _EXPORTS = {
     "normalized_logit_diff": "interventions.patching",
     "find_routing_head": "routing",
     "cascade": "routing",
+    "logit_lens": "logit_lens",
+    "weight_trajectory": "weight_trajectory",
+    "training_set_ablation": "interventions.ablation",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -238,6 +238,49 @@ def attention(
            [[f"L{l}H{h}", *[float(wide.loc[(l, h), c]) for c in cols]] for l, h in wide.index])
 
 
+@app.command("logit-lens", epilog="Examples:\n\n  selector-lens logit-lens --run checkpoints/k10 --every 4\n\n"
+             "  selector-lens logit-lens --phase post --json")
+def logit_lens_cmd(
+    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    step: Optional[int] = typer.Option(None),
+    phase: Optional[str] = typer.Option(None, help="pre | mid | post | final"),
+    every: Optional[int] = typer.Option(None, help="Every n-th checkpoint (default: all)."),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """The residual stream at the a1-predicting position through ln_final and the unembedding,
+    after the embedding and every block: P(correct a1), top-1, entropy, candidate loss on a1."""
+    from .logit_lens import logit_lens
+
+    r = _open_run(run)
+    df = logit_lens(r, r.select_steps(step=step, phase=phase, every=every))
+    if json_out:
+        _json(df.to_dict(orient="records"))
+        return
+    _table(f"{r.path}: logit lens at the a1-predicting position (layer 0 = embedding)",
+           ["step", "layer", "P(correct)", "top-1", "entropy", "candidate loss"],
+           [[int(x.step), int(x.layer), x.p_correct, x.top1, x.entropy, x.candidate_loss] for x in df.itertuples()])
+
+
+@app.command("weights", epilog="Examples:\n\n  selector-lens weights --run checkpoints/k10\n\n"
+             "  selector-lens weights --json")
+def weights_cmd(
+    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    every: Optional[int] = typer.Option(None, help="Every n-th checkpoint (default: all)."),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """Total weight norm, displacement between consecutive checkpoints and the cosine between
+    consecutive displacements (per weight matrix in --json)."""
+    from .weight_trajectory import weight_trajectory
+
+    r = _open_run(run)
+    df = weight_trajectory(r, r.select_steps(every=every))
+    if json_out:  # undefined displacement / cosine (first checkpoints) as null
+        _json(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
+        return
+    _table(f"{r.path}: weight trajectory (τ = {r.tau()})", ["step", "total norm", "displacement", "cosine"],
+           [[int(x.step), x.total_norm, x.displacement, x.cosine] for x in df.itertuples()])
+
+
 @app.command(epilog="Examples:\n\n  selector-lens cascade --run checkpoints/k10\n\n  selector-lens cascade --json")
 def cascade(
     run: Optional[Path] = typer.Option(None, help=RUN_HELP),

@@ -1,0 +1,89 @@
+"""Logit lens and weight trajectory against hand-computed oracles."""
+
+import math
+
+import pytest
+import torch
+
+import selector_lens as sl
+from selector_lens.logit_lens import lens_metrics, logit_lens
+from selector_lens.weight_trajectory import trajectory, weight_trajectory
+from tests.conftest import tiny
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return sl.train(tiny(steps=40), out=tmp_path_factory.mktemp("instr") / "r")
+
+
+def test_logit_lens_equals_ln_final_and_unembed_by_hand(run):
+    table = logit_lens(run, [40])
+    model, es = run.model_at(40), run.eval_set()
+    pos = run.config.task.first_target_pos
+    L = model.cfg.n_layers
+    assert table.layer.tolist() == list(range(L + 1))
+    _, cache = model.run_with_cache(es.tokens)
+    correct, firsts = es.tokens[:, pos + 1], es.candidates[:, :, 0]
+    for layer in range(L + 1):
+        x = cache[f"blocks.{layer}.hook_resid_pre"] if layer < L else cache[f"blocks.{L - 1}.hook_resid_post"]
+        x = x[:, pos].double()
+        ln = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + model.cfg.eps)
+        ln = ln * model.ln_final.w.double() + model.ln_final.b.double()
+        logits = ln @ model.W_U.double() + model.b_U.double()
+        want = lens_metrics(logits[None], correct, firsts)[0]
+        got = table[table.layer == layer].iloc[0]
+        for key in ("p_correct", "top1", "entropy", "candidate_loss"):
+            assert got[key] == pytest.approx(want[key], abs=1e-5), (layer, key)
+    # the last layer is the model's own prediction
+    with torch.no_grad():
+        own = model(es.tokens)[:, pos]
+    assert table.iloc[-1].p_correct == pytest.approx(lens_metrics(own[None], correct, firsts)[0]["p_correct"], abs=1e-5)
+
+
+def test_lens_metrics_on_known_logits():
+    logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25, 0.0 + 1e-30]]]))  # one layer, one example
+    rows = lens_metrics(logits, torch.tensor([1]), torch.tensor([[0, 1]]))
+    r = rows[0]
+    assert r["p_correct"] == pytest.approx(0.25) and r["top1"] == 0.0
+    assert r["entropy"] == pytest.approx(-(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)), abs=1e-9)
+    assert r["candidate_loss"] == pytest.approx(-math.log(0.25 / 0.75))
+
+
+def test_weight_trajectory_on_hand_made_states():
+    a = {"w": torch.tensor([[3.0, 0.0], [0.0, 4.0]]), "b": torch.tensor([0.0, 0.0])}
+    b = {"w": torch.tensor([[3.0, 1.0], [0.0, 4.0]]), "b": torch.tensor([0.0, 0.0])}
+    c = {"w": torch.tensor([[3.0, 2.0], [0.0, 4.0]]), "b": torch.tensor([0.0, 1.0])}
+    rows = trajectory([(0, a), (1, b), (2, c)])
+    assert rows[0]["total_norm"] == 5.0 and rows[0]["norm.w"] == 5.0 and math.isnan(rows[0]["displacement"])
+    assert rows[1]["displacement"] == 1.0 and rows[1]["disp.w"] == 1.0 and math.isnan(rows[1]["cosine"])
+    assert rows[2]["displacement"] == pytest.approx(math.sqrt(2))
+    assert rows[2]["cosine"] == pytest.approx(1 / math.sqrt(2))  # (0,1,0,0,0,0) . (0,1,0,0,0,1)
+    assert rows[2]["total_norm"] == pytest.approx(math.sqrt(9 + 4 + 16 + 1))
+    assert "norm.b" not in rows[0]  # per-component columns: weight matrices only
+
+
+def test_weight_trajectory_of_a_run_reads_every_checkpoint(run):
+    table = weight_trajectory(run)
+    assert table.step.tolist() == run.steps
+    model = run.model_at(run.steps[-1])
+    total = math.sqrt(sum(float(p.double().pow(2).sum()) for p in model.parameters()))
+    assert table.total_norm.iloc[-1] == pytest.approx(total, rel=1e-9)
+    assert (table.displacement.iloc[1:] > 0).all()
+
+
+def test_cli_logit_lens_and_weights_json(run):
+    import json
+
+    from tests.test_cli import cli
+
+    out = cli("logit-lens", "--run", str(run.path), "--step", "40", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["layer"] for r in rows] == list(range(run.config.model.n_layers + 1))
+    assert set(rows[0]) == {"step", "layer", "p_correct", "top1", "entropy", "candidate_loss"}
+    out = cli("weights", "--run", str(run.path), "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["step"] for r in rows] == run.steps and {"total_norm", "displacement", "cosine"} <= set(rows[0])
+    bad = cli("logit-lens", "--run", str(run.path), "--step", "41")
+    assert bad.returncode == 2 and "no checkpoint at step 41" in bad.stderr
