@@ -121,6 +121,7 @@ def plan(scale: str, workers: int | None = None, costs: dict | None = None) -> d
             "evals": sorted({_eval_shape(o) for o in runs.values() if o.get("direction", "bz_to_a") != "a_to_b"}
                             | {_eval_shape(o) for o in runs.values()}),
             "hvp_sample": min(256, geo["sample"])}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # busy cores inflate every estimate
     t0 = time.perf_counter()
     costs = costs or measure_costs(jobs, workers)
     measured_s = time.perf_counter() - t0
@@ -176,7 +177,8 @@ def plan(scale: str, workers: int | None = None, costs: dict | None = None) -> d
     return {"scale": scale, "workers": workers, "threads_per_run": max(1, cores // workers),
             "measured": {"step_s": costs["step"], "eval_s": {f"K={k}, {g} groups": v for (k, g), v in
                                                              costs["eval"].items()},
-                         "hvp_s_per_example": costs.get("hvp_per_example"), "measuring_took_s": measured_s},
+                         "hvp_s_per_example": costs.get("hvp_per_example"), "measuring_took_s": measured_s,
+                         "load_average_before": load, "cores": cores},
             "runs": rows, "studies": studies, "train_wall_s": train_wall, "analyses_s": analyses,
             "total_wall_s": train_wall + sum(analyses.values()),
             "cuts": PAPER_CUTS if scale == "paper" else [],
@@ -195,7 +197,11 @@ def format_plan(p: dict) -> str:
     lines = [f"reproduce --scale {p['scale']} --plan: {p['workers']} runs at a time, "
              f"{p['threads_per_run']} thread(s) each",
              "measured now: step " + ", ".join(f"batch {b} {t * 1e3:.0f} ms" for b, t in m["step_s"].items())
-             + "; eval " + ", ".join(f"{k} {v:.2f} s" for k, v in m["eval_s"].items()), ""]
+             + "; eval " + ", ".join(f"{k} {v:.2f} s" for k, v in m["eval_s"].items())]
+    if m.get("load_average_before") is not None and m["load_average_before"] > 0.5 * m["cores"]:
+        lines.append(f"note: the load average was {m['load_average_before']:.1f} on {m['cores']} cores while "
+                     "measuring: other work shares the machine, so these times (and the estimates) are inflated")
+    lines.append("")
     head = f"{'study':<18}{'run':<26}{'D':>7}{'lr':>8}{'batch':>6}{'eval':>9}{'budget':>8}{'exp. τ':>8}" \
            f"{'exp. steps':>11}{'est.':>9}"
     lines.append(head)

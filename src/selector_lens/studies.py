@@ -84,28 +84,29 @@ class Setup:
         study order, into `<root>/runs/`."""
         if not self.train:
             return []
-        jobs = [(o, str(self.root / "runs" / n)) for n, o in pool(self.scale).items() if names is None or n in names]
-        return run_jobs(jobs, self.executor, self.workers, progress=True)
+        jobs = [(o, str(self.root / "runs" / n)) for n, o in pool(self.scale).items()
+                if (names is None or n in names) and not _finished(self.root / "runs" / n)]
+        return run_jobs(jobs, self.executor, self.workers, progress=True) if jobs else []
 
     def runs(self, part: str) -> list[Run]:
         """The finished runs of one study part (`seeds`, `scaling/d`, ...), trained first if training."""
         names = list(study_runs(self.scale)[part])
         self.train_all(names)
         paths = [self.root / "runs" / n for n in names]
-        return [Run.open(p) for p in paths if (p / "run.json").is_file() and _finished(p)]
+        return [Run.open(p) for p in paths if _finished(p)]
 
     def dir(self, name: str) -> Path | None:
         return None if self.out is None else self.out / name
 
 
 def _finished(path: Path) -> bool:
-    return Run.open(path).status in ("finished", "early_stopped")
+    return (path / "run.json").is_file() and Run.open(path).status in ("finished", "early_stopped")
 
 
 def geometry_runs(setup: Setup, seeds: list[Run]) -> list[Run]:
     """The Hessian's runs: the seeds study's first, then `GEOMETRY[scale]["also"]` (when finished)."""
     also = [setup.root / "runs" / n for n in GEOMETRY[setup.scale].get("also", [])]
-    return seeds[:1] + [Run.open(p) for p in also if (p / "run.json").is_file() and _finished(p)]
+    return seeds[:1] + [Run.open(p) for p in also if _finished(p)]
 
 
 CLAIMS = {1: ("Marginal first", "loss falls to a plateau at log K (z ignored), stays, then drops sharply to ~0"),
@@ -510,10 +511,17 @@ def falsified(collective_study: Study, noise_study: Study) -> Claim:
         verdict = ("reproduced" if incremental_out and slower else "partly" if against_incremental or slower
                    else "not reproduced")
     words = {True: "ruled out", False: "not ruled out"}
-    ours = (f"incremental coverage: {words[incremental_out] if c.verdict != 'partly' else 'argued against, not cleanly'}"
-            f" (claim 3 {c.verdict}); noise-driven barrier crossing (more noise would escape sooner): {words[slower]}: "
-            f"the highest lr escapes {'later than lr 1e-3 or never' if slower else 'no later than lr 1e-3'} "
-            f"(claim 4 {n.verdict})")
+    if c.verdict == "no result":
+        incremental = "no result yet"
+    else:
+        incremental = words[incremental_out] if c.verdict != "partly" else "argued against, not cleanly"
+    if n.verdict == "no result":
+        barrier = "no result yet"
+    else:
+        barrier = (f"{words[slower]}: the highest lr escapes "
+                   f"{'later than lr 1e-3 or never' if slower else 'no later than lr 1e-3'}")
+    ours = (f"incremental coverage: {incremental} (claim 3 {c.verdict}); noise-driven barrier crossing (more noise "
+            f"would escape sooner): {barrier} (claim 4 {n.verdict})")
     return Claim(8, "Falsified alternatives", "incremental group-by-group coverage and noise-driven barrier crossing are "
                  "ruled out (claims 3 and 4 are the evidence)", ours, verdict, "derived from claims 3 and 4")
 

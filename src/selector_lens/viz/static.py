@@ -7,10 +7,10 @@ import math
 
 
 def _ticks(lo: float, hi: float) -> list[float]:
-    """1-2-5 ticks per decade inside [lo, hi]."""
+    """1-2-3-5 ticks per decade inside [lo, hi]."""
     out = []
     for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
-        for m in (1, 2, 5):
+        for m in (1, 2, 3, 5):
             v = m * 10**e
             if lo <= v <= hi:
                 out.append(v)
