@@ -87,3 +87,15 @@ def test_cli_logit_lens_and_weights_json(run):
     assert [r["step"] for r in rows] == run.steps and {"total_norm", "displacement", "cosine"} <= set(rows[0])
     bad = cli("logit-lens", "--run", str(run.path), "--step", "41")
     assert bad.returncode == 2 and "no checkpoint at step 41" in bad.stderr
+
+
+def test_instrument_figures_plot_their_tables(run):
+    from selector_lens.viz import logit_lens_curves, weight_trajectory_curves
+
+    lens = logit_lens(run, [20, 40])
+    fig = logit_lens_curves(lens, run.tau())
+    assert len(fig.data) == run.config.model.n_layers + 1
+    assert list(fig.data[-1].y) == lens[lens.layer == run.config.model.n_layers].p_correct.tolist()
+    traj = weight_trajectory(run)
+    fig = weight_trajectory_curves(traj)
+    assert [list(d.y) for d in fig.data][0] == traj.total_norm.tolist() and len(fig.data) == 3

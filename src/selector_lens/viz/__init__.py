@@ -6,10 +6,12 @@ from .figures import (
     attention_heatmap,
     dz_curve,
     group_transition,
+    logit_lens_curves,
     loss_curves,
     patching_heatmap,
     tau_vs_d,
     tau_vs_k,
+    weight_trajectory_curves,
 )
 
 __all__ = [
@@ -22,4 +24,6 @@ __all__ = [
     "attention_explorer",
     "tau_vs_d",
     "tau_vs_k",
+    "logit_lens_curves",
+    "weight_trajectory_curves",
 ]

@@ -54,7 +54,7 @@ def _summary_table(run, tau) -> str:
 
 
 def run_dashboard(run, out, ablation: bool = True, patch_steps: int = 8, example: int = 0,
-                  explorer_steps: int = 12, mode: str = "mean") -> Path:
+                  explorer_steps: int = 12, mode: str = "mean", lens_steps: int = 8) -> Path:
     """The run's story on one page; parts that need what the run lacks (a transition, z,
     candidates) are left out with a line saying why."""
     from ..attention import attention_patterns, attention_to_z
@@ -99,13 +99,20 @@ def run_dashboard(run, out, ablation: bool = True, patch_steps: int = 8, example
     if routing is not None:
         blocks.append(abl_fig)
     if not run.has_weights:
-        notes.append("activation patching and the attention explorer: need the weights, which a published run "
-                     "leaves out")
+        notes.append("activation patching, the attention explorer, the logit lens and the weight trajectory: "
+                     "need the weights, which a published run leaves out")
     elif task.direction == "bz_to_a" and task.k > 1 and run.steps and patch_steps > 0:
         labels = decode(run.task_data.tokens[0].tolist())
         blocks.append(figures.patching_heatmap(patch_series(run, "resid_pre", figures.thin(run.steps, patch_steps)), labels))
     else:
         notes.append("activation patching: needs a bz_to_a run with K >= 2 and checkpoints")
+    if run.steps and run.has_weights:
+        from ..logit_lens import logit_lens
+        from ..weight_trajectory import weight_trajectory
+
+        blocks.append(figures.weight_trajectory_curves(weight_trajectory(run), tau))
+        if task.has_candidates:
+            blocks.append(figures.logit_lens_curves(logit_lens(run, figures.thin(run.steps, lens_steps)), tau))
     if run.steps and run.has_weights:
         tokens = run.task_data.tokens[example : example + 1]
         patterns = {s: attention_patterns(m, tokens).numpy() for s, m in run.series(figures.thin(run.steps, explorer_steps))}

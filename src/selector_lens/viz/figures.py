@@ -54,6 +54,32 @@ def dz_curve(metrics, tau: int | None = None) -> go.Figure:
     return fig
 
 
+def logit_lens_curves(lens, tau: int | None = None) -> go.Figure:
+    """P(correct a1) per layer against step (table from `logit_lens`; layer 0 = the embedding)."""
+    fig = go.Figure()
+    for layer, part in lens.groupby("layer"):
+        name = "embedding" if layer == 0 else f"after block {layer - 1}"
+        fig.add_scatter(x=part.step, y=part.p_correct, name=name, mode="lines+markers")
+    if tau is not None:
+        fig.add_vline(x=tau, line_color="crimson", annotation_text=f"τ = {tau}")
+    fig.update_layout(title="Logit lens at the a1-predicting position: P(correct a1) by layer", xaxis_title="step",
+                      yaxis_title="P(correct a1)", yaxis_range=[0, 1])
+    return fig
+
+
+def weight_trajectory_curves(traj, tau: int | None = None) -> go.Figure:
+    """Total weight norm, displacement between checkpoints and the cosine of consecutive
+    displacements against step (table from `weight_trajectory`)."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("total weight norm", "displacement from the previous "
+                                                        "checkpoint", "cosine of consecutive displacements"))
+    for col, key in enumerate(("total_norm", "displacement", "cosine"), start=1):
+        fig.add_scatter(x=traj.step, y=traj[key], mode="lines", name=key, row=1, col=col)
+        if tau is not None:
+            fig.add_vline(x=tau, line_color="crimson", row=1, col=col)
+    fig.update_layout(title=f"Weight trajectory (τ = {tau})", showlegend=False)
+    return fig
+
+
 def head_labels(n_layers: int, n_heads: int) -> list[str]:
     return [f"L{l}H{h}" for l in range(n_layers) for h in range(n_heads)]
 
