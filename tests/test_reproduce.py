@@ -93,12 +93,12 @@ def test_the_published_paper_report_rebuilds_to_its_report_json(tmp_path):
 
 
 def test_plan_lists_every_run_and_trains_nothing(tmp_path):
-    out = cli("reproduce", "--scale", "tiny", "--plan", "--json", "--workers", "1", "--root", str(tmp_path))
+    out = cli("reproduce", "--scale", "tiny", "--plan", "--json", "--workers", "1", cwd=tmp_path)  # default root
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     assert {r["run"] for r in plan["runs"]} == set(pool("tiny"))
     assert plan["total_wall_s"] > 0 and all(r["budget"] > 0 for r in plan["runs"])
-    assert not list(tmp_path.iterdir())
+    assert not list(tmp_path.iterdir())  # training would have made checkpoints/reproduce/tiny here
 
 
 def test_bad_scale_and_executor_are_one_line_errors(tmp_path):

@@ -106,7 +106,7 @@ def import_run(folder, out, progress: bool = False):
     from .metrics import evaluate
     from .model import build_model, config_hash, save_weights
     from .runs import Run, write_json
-    from .trainer import lr_at
+    from .trainer import BatchOrder, lr_at
     from .transition import summarize
 
     folder, out = Path(folder), Path(out)
@@ -151,6 +151,7 @@ def import_run(folder, out, progress: bool = False):
         h = json.loads(text)
         history = {s: loss for s, loss in zip(h.get("steps", []), h.get("train_loss", []))}
     rows = []
+    order = BatchOrder(cfg.task.n_examples, cfg.batch_size, cfg.seed)  # for examples_seen only
     steps = sorted(ckpts)
     if progress:
         from rich.progress import track
@@ -164,9 +165,8 @@ def import_run(folder, out, progress: bool = False):
             raise SelectorLensError(f"{ckpts[step]} does not fit the config's model ({str(e).splitlines()[0]})") from None
         save_weights(model, run.ckpt_path(step), step, chash)
         model.eval()
-        epoch, j = divmod(step, -(-cfg.task.n_examples // cfg.batch_size))
-        seen = epoch * cfg.task.n_examples + min(j * cfg.batch_size, cfg.task.n_examples)
-        row = {"step": step, "examples_seen": seen, "lr": lr_at(cfg, max(step, 1)), **evaluate(model, es)}
+        row = {"step": step, "examples_seen": order.examples_seen(step), "lr": lr_at(cfg, max(step, 1)),
+               **evaluate(model, es)}
         if step in history:
             row["paper_train_loss"] = history[step]
         rows.append(row)

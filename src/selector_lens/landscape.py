@@ -1,4 +1,4 @@
-"""Loss geometry from Hessian-vector products (science.md claim 5).
+"""Loss geometry from Hessian-vector products (docs/science.md claim 5).
 
 The loss is the training loss (target tokens and EOS) on a fixed, seeded subsample of the
 training set; its size is a parameter and goes into every result, because curvature estimates

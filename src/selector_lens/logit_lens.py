@@ -47,8 +47,7 @@ def logit_lens(run, steps=None):
     firsts = es.candidates[:, :, 0]
     rows = []
     for step, model in run.series(steps):
-        _, cache = model.run_with_cache(es.tokens, names_filter=lambda n: n.endswith(("resid_post", "hook_embed",
-                                                                                      "hook_pos_embed", "resid_pre")))
+        _, cache = model.run_with_cache(es.tokens, names_filter=lambda n: n.endswith(("resid_pre", "resid_post")))
         stack = cache.accumulated_resid(pos_slice=pos)  # [L + 1, batch, d_model]
         logits = model.unembed(model.ln_final(stack))
         rows += [{"step": step, **r} for r in lens_metrics(logits, correct, firsts)]

@@ -1,4 +1,4 @@
-"""Dense evaluation over whole groups (science.md section 3), batched.
+"""Dense evaluation over whole groups (docs/science.md section 3), batched.
 
 Per chunk of whole groups, through `fused.forward` with a key-value cache: the positions before z
 once per group (its K examples share them), the rest of each example's clean and z-deranged
@@ -93,7 +93,7 @@ def make_eval_set(data: TaskData, eval_groups="auto", seed: int = 0, groups=None
 
 @torch.inference_mode()
 def evaluate(model, es: EvalSet, max_rows: int = 16384, intervention=None) -> dict:
-    """All per-eval metrics of science.md section 3 on `es`; undefined ones are None.
+    """All per-eval metrics of docs/science.md section 3 on `es`; undefined ones are None.
 
     Three cached passes per chunk of whole groups (through `fused.forward`, equal to the
     HookedTransformer): the positions before z, once per group (its K examples share them);

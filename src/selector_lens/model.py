@@ -58,8 +58,8 @@ def save_weights(model, path: Path, step: int, cfg_hash: str) -> None:
     atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata=meta))
 
 
-def load_weights(model, path: Path, cfg_hash: str | None = None) -> int:
-    """Load a checkpoint in place into `model`, verifying its checksum; returns its step."""
+def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """A checkpoint's tensors and metadata, its checksum verified (one clear error otherwise)."""
     path = Path(path)
     if not path.is_file():
         raise SelectorLensError(f"missing checkpoint: {path}")
@@ -73,6 +73,12 @@ def load_weights(model, path: Path, cfg_hash: str | None = None) -> int:
         raise SelectorLensError(f"corrupt checkpoint: {path} ({e})") from None
     if meta.get("checksum") != _checksum(state):
         raise SelectorLensError(f"corrupt checkpoint: {path} (checksum mismatch)")
+    return state, meta
+
+
+def load_weights(model, path: Path, cfg_hash: str | None = None) -> int:
+    """Load a checkpoint in place into `model`, verifying its checksum; returns its step."""
+    state, meta = read_checkpoint(path)
     if cfg_hash is not None and meta.get("config_hash") != cfg_hash:
         raise SelectorLensError(f"checkpoint {path} belongs to another run (config hash differs)")
     try:

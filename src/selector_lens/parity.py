@@ -31,6 +31,7 @@ import random
 import torch
 
 from .task import ALPHABET
+from .trainer import BatchOrder
 
 MODEL_SEED = 42  # hard-coded in the paper's model factory
 N_CTX = 32
@@ -94,17 +95,16 @@ def rng_after_init(model_cfg, task) -> torch.Tensor:
         return torch.get_rng_state()
 
 
-class PaperBatchOrder:
+class PaperBatchOrder(BatchOrder):
     """Step -> example indices, as the paper's DataLoader and diagnostics draw them."""
 
     def __init__(self, n_examples: int, batch_size: int, rng_state: torch.Tensor):
-        self.n, self.b = n_examples, batch_size
-        self.per_epoch = -(-n_examples // batch_size)
+        super().__init__(n_examples, batch_size, seed=0)
         self._g = torch.Generator()
         self._g.set_state(rng_state)
         self._epochs: list[tuple[torch.Tensor, ...]] = []
 
-    def _epoch(self, e: int) -> tuple[torch.Tensor, ...]:
+    def _epoch_batches(self, e: int) -> tuple[torch.Tensor, ...]:
         while len(self._epochs) <= e:
             first_step = len(self._epochs) * self.per_epoch
             torch.empty((), dtype=torch.int64).random_(generator=self._g)  # the iterator's base seed
@@ -120,11 +120,7 @@ class PaperBatchOrder:
     def indices(self, step: int) -> torch.Tensor:
         """Examples of optimizer step `step` (1-based)."""
         epoch, j = divmod(step - 1, self.per_epoch)
-        return self._epoch(epoch)[j]
-
-    def examples_seen(self, step: int) -> int:
-        epoch, j = divmod(step, self.per_epoch)
-        return epoch * self.n + min(j * self.b, self.n)
+        return self._epoch_batches(epoch)[j]
 
 
 def lr_factor(step: int) -> float:

@@ -118,8 +118,7 @@ def plan(scale: str, workers: int | None = None, costs: dict | None = None) -> d
     geo = GEOMETRY[scale]
     jobs = {"model": model_opts,
             "batch_sizes": sorted({o.get("batch_size", 128) for o in runs.values()}),
-            "evals": sorted({_eval_shape(o) for o in runs.values() if o.get("direction", "bz_to_a") != "a_to_b"}
-                            | {_eval_shape(o) for o in runs.values()}),
+            "evals": sorted({_eval_shape(o) for o in runs.values()}),
             "hvp_sample": min(256, geo["sample"])}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # busy cores inflate every estimate
     t0 = time.perf_counter()

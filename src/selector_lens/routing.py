@@ -1,4 +1,4 @@
-"""The internal cascade (science.md claim 7): which head routes z, and when each signal moves.
+"""The internal cascade (docs/science.md claim 7): which head routes z, and when each signal moves.
 
 The routing head is found, never assumed: the head whose mean ablation raises the candidate
 loss most after the transition, cross-checked against attention to z at the same step.

@@ -1,4 +1,4 @@
-"""A run directory on disk (design.md): `run.json`, `data.json`, `metrics.jsonl`, `ckpt/`.
+"""A run directory on disk (README: the run directory): `run.json`, `data.json`, `metrics.jsonl`, `ckpt/`.
 
 `Run` reads one lazily; the trainer writes through it. Every file is written atomically or
 appended and flushed line by line, so a killed run leaves nothing torn.

@@ -1,4 +1,4 @@
-"""The paper's claims as studies (science.md section 4), and the one-command `reproduce` report.
+"""The paper's claims as studies (docs/science.md section 4), and the one-command `reproduce` report.
 
 Every run a scale needs is listed in `presets` and trained once, into `<root>/runs/<name>`
 (resumable: finished runs are reused; a run two studies need is shared). Each study then
@@ -56,7 +56,7 @@ def _settings(base: dict, **extra) -> str:
     return ", ".join(f"{k}={v}" for k, v in {**base, **extra}.items())
 
 
-def _save(out: Path | None, name: str, title: str, result: dict, figures) -> None:
+def _save(out: Path | None, name: str, result: dict) -> None:
     """DIR/<name>.json (nothing when `out` is None: a report rebuilt from published files). The
     figures go into the report; `analyses/` scripts also write them to DIR/<name>.html."""
     if out is None:
@@ -163,14 +163,14 @@ def marginal_first(runs: list[Run], out: Path, scale: str) -> Study:
         verdict = "no result"
     result = {"runs": rows}
     figs = [loss_curves(runs[0].metrics, runs[0].config.task.log_k, runs[0].tau())]
-    _save(out, "marginal_first", f"Claim 1: marginal first ({scale})", result, figs)
+    _save(out, "marginal_first", result)
     drops = [r["drop_90_to_10_over_tau"] for r in rows if r["drop_90_to_10_over_tau"] is not None]
     ours = (f"plateau / log K = {', '.join(_fmt(h) for h in heights)} ({len(rows)} seeds); final candidate loss "
             f"{', '.join(_fmt(r['final_candidate_loss'], '.3f') for r in rows)}; drop 0.9→0.1 log K within "
             f"{_fmt(max(drops) if drops else None, '.2f')} τ; first-target loss on the plateau "
             f"{', '.join(_fmt(r['first_target_on_plateau'], '.2f') for r in rows)} (log K {rows[0]['log_k']:.2f}, "
             f"log 36 {math.log(36):.2f})")
-    claim = Claim(1, "Marginal first", "loss falls to a plateau at log K (z ignored), stays, then drops sharply to ~0",
+    claim = Claim(1, *CLAIMS[1],
                   ours, verdict, _settings(PRESETS["seeds"][scale]["base"], seeds=[r.config.seed for r in runs]))
     return Study("marginal_first", result, figs, [claim])
 
@@ -198,13 +198,12 @@ def collective(runs: list[Run], out: Path, scale: str) -> Study:
         verdict = "reproduced" if few_early and narrow else "partly" if few_early or narrow else "not reproduced"
     result = {"runs": rows}
     figs = [group_transition(runs[0].metrics, runs[0].config.task.k)]
-    _save(out, "collective", f"Claim 3: collective transition ({scale})", result, figs)
+    _save(out, "collective", result)
     ours = (f"groups solved at τ/2: {', '.join(_fmt(h, '.0%') for h in half)}; at τ: "
             f"{', '.join(_fmt(r.get('crossed_by_tau'), '.0%') for r in done)}; at 1.5τ: "
             f"{', '.join(_fmt(r.get('crossed_by_1.5_tau'), '.0%') for r in done)}; 10%→90% window "
             f"{', '.join(_fmt(w, '.2f') for w in window)} τ (group-by-group would be ~{_fmt(np.mean(incr) if incr else None, '.2f')} τ)")
-    claim = Claim(3, "Collective transition", "at τ/2 essentially no group is solved; groups cross together in a "
-                  "narrow window around τ", ours, verdict,
+    claim = Claim(3, *CLAIMS[3], ours, verdict,
                   f"the seeds study's runs; a group is solved when > 50% of its K examples are ({len(runs)} seeds)")
     return Study("collective", result, figs, [claim])
 
@@ -254,16 +253,14 @@ def cascade_study(runs: list[Run], out: Path, scale: str) -> Study:
     fig.update_layout(title="The cascade per seed: routing-head attention onset, Δz onset, τ", yaxis_title="step",
                       barmode="group")
     figs = [fig]
-    _save(out, "cascade", f"Claim 7: internal cascade ({scale})", result, figs)
+    _save(out, "cascade", result)
     ours = "; ".join(
         f"{r['run']}: {r['routing_head']}, Δz leads τ by {_fmt(r['dz_lead_frac'], '.2f')} τ (attention by "
         f"{_fmt(r['attn_lead_frac'], '.2f')} τ), mean ablation Δ pre/mid/post "
         f"{'/'.join(_fmt(r['mean_ablation_delta'][p], '+.2f') for p in ('pre', 'mid', 'post'))} nats, best head alone "
         f"{r['best_alone']} at {_fmt(r['best_alone_candidate_loss'], '.2f')} nats"
         for r in done) or "no run transitioned"
-    claim = Claim(7, "Internal cascade", "a routing head (L0H3 in the paper's seed) attends to z during the plateau; Δz "
-                  "leads the drop by ~0.5 τ; ablating the head after the transition costs several nats (paper "
-                  "+0.02 / +1.4 / +3.7 at pre/mid/post); no single head suffices", ours, verdict,
+    claim = Claim(7, *CLAIMS[7], ours, verdict,
                   "the seeds study's runs; routing head = largest mean-ablation increase at post; Δz onset = first "
                   "eval with Δz > 0.1")
     return Study("cascade", result, figs, [claim])
@@ -319,7 +316,7 @@ def geometry(runs: list[Run], out: Path, scale: str) -> Study:
         fs.update_layout(title=f"The ratio against the subsample size ({runs[0].path.name}, mid)",
                          xaxis_title="examples", yaxis_title="λmax / |λmin|", xaxis_type="log", yaxis_type="log")
         figs.append(fs)
-    _save(out, "geometry", f"Claim 5: loss geometry ({scale})", result, figs)
+    _save(out, "geometry", result)
     if not plateau:
         verdict = "no result"
     else:
@@ -334,8 +331,7 @@ def geometry(runs: list[Run], out: Path, scale: str) -> Study:
         f"{_fmt(r['random_share'], '.1e')})" for r in rows) + "".join(
         f"; {r['run']} mid at {r['sample']} examples: ratio {_fmt(r['ratio'])} (λmin {_fmt(r['lambda_min'])})"
         for r in sweep)
-    claim = Claim(5, "Loss geometry", "on the plateau a strongly anisotropic saddle: λmax hundreds to thousands of times "
-                  "|λmin| (λmin slightly negative); gradient noise mostly along the high-curvature directions", ours,
+    claim = Claim(5, *CLAIMS[5], ours,
                   verdict, f"runs {', '.join(r.path.name for r in runs)}; Hessian of the training loss on a seeded subsample of {kw['sample']} "
                   f"examples; power iteration ({kw['power_iters']}) for λmax, Lanczos ({kw['lanczos_iters']}) for "
                   f"λmin and the top {kw['top_k']} directions; noise from {kw['noise_batches']} minibatches of the run's "
@@ -379,7 +375,7 @@ def parity_study(runs: list[Run], parity: list[Run], out: Path | None, scale: st
     verdict = "reproduced" if hits and all(hits) else "partly" if any(hits) else "not reproduced"
     result = {"measure": "mean ablation of each head's hook_z over 2,048 training examples; Δ training loss",
               "paper": {str(k): v for k, v in PAPER_HEAD_TABLE.items()}, "rows": rows}
-    _save(out, "parity", f"Claim 7 with parity ({scale})", result, [])
+    _save(out, "parity", result)
 
     def line(r):
         return (f"{r['kind']} step {r['step']}: " + ", ".join(f"{h} {d:+.2f}" for h, d in r["top"][:2]))
@@ -403,10 +399,10 @@ def scaling(setup: Setup) -> Study:
 
     scale, out = setup.scale, setup.dir("scaling")
     p = PRESETS["scaling"][scale]
-    done = {part: setup.runs(f"scaling/{part}") for part in ("d", "k")}
-    if not all(done.values()):
+    finished = {part: setup.runs(f"scaling/{part}") for part in ("d", "k")}
+    if not all(finished.values()):
         return pending("scaling", 2, "no finished run yet in τ vs D or τ vs K")
-    tables = {part: run_table([r.path for r in runs]) for part, runs in done.items()}
+    tables = {part: run_table([r.path for r in runs]) for part, runs in finished.items()}
     fits = scaling_fits(tables["d"])
     fits["tau_vs_K"] = scaling_fits(tables["k"])["tau_vs_K"]
     table = pd.concat([tables["d"], tables["k"]], ignore_index=True)
@@ -414,12 +410,12 @@ def scaling(setup: Setup) -> Study:
     result = {"tau_definition": "first eval step with candidate_loss < 0.5 * log K",
               "paper": {"alpha_D": 1.19, "alpha_D_ci": [1.14, 1.31], "alpha_K": 0.0},
               "fits": fits, "runs": table.to_dict(orient="records"),
-              "tau_vs_D_points": [[int(r.D), int(r.tau), int(r.k)] for r in tables["d"].itertuples() if r.tau == r.tau
-                                  and r.tau is not None]}
+              "tau_vs_D_points": [[int(r.D), int(r.tau), int(r.k)]
+                                  for r in tables["d"][tables["d"].tau.notna()].itertuples()]}
     done = tables["d"][tables["d"].tau.notna()]
     fit = power_law_fit(done.D, done.tau) if done.D.nunique() >= 2 else None
     figs = [tau_vs_d(tables["d"], fit), tau_vs_k(tables["k"])]
-    _save(out, "scaling", f"Claim 2: τ scaling ({scale})", result, figs)
+    _save(out, "scaling", result)
     f = fits.get("tau_vs_D")
     kf = list(fits["tau_vs_K"].values())
     if not f:
@@ -433,8 +429,7 @@ def scaling(setup: Setup) -> Study:
         ours = (f"α_D = {f['alpha']:.2f} [{lo:.2f}, {hi:.2f}] (R² {f['r2']:.3f}, {f['n']} points); "
                 + "; ".join(f"β_K at D={d} = {k['alpha']:.2f} [{k['alpha_ci'][0]:.2f}, {k['alpha_ci'][1]:.2f}]"
                             for d, k in fits["tau_vs_K"].items()))
-    claim = Claim(2, "Plateau decomposition", "height log K; τ ∝ D^1.19 [1.14, 1.31] (11 points, K = 3..36 at "
-                  "n_bases = 1000), flat in K at fixed D (exponent ~0)", ours, verdict,
+    claim = Claim(2, *CLAIMS[2], ours, verdict,
                   f"{_settings(p['base'])}; τ vs D at {p['d']}; τ vs K at {p['k']}")
     return Study("scaling", result, figs, [claim])
 
@@ -448,10 +443,10 @@ def noise(setup: Setup) -> Study:
     scale, out = setup.scale, setup.dir("noise")
     p = PRESETS["noise"][scale]
     p = {**p, "lr": p["lr"]["lr"], "batch_size": p["batch_size"]["batch_size"]}
-    done = {part: setup.runs(f"noise/{part}") for part in ("lr", "batch_size")}
-    if not all(done.values()):
+    finished = {part: setup.runs(f"noise/{part}") for part in ("lr", "batch_size")}
+    if not all(finished.values()):
         return pending("noise", 4, "no finished run yet in the lr or the batch sweep")
-    tables = {part: run_table([r.path for r in runs]).sort_values(part) for part, runs in done.items()}
+    tables = {part: run_table([r.path for r in runs]).sort_values(part) for part, runs in finished.items()}
     lr, bs = tables["lr"], tables["batch_size"]
     result = {"tau_definition": "first eval step with candidate_loss < 0.5 * log K; tau_examples = tau x batch",
               "lr": lr.to_dict(orient="records"), "batch_size": bs.to_dict(orient="records")}
@@ -479,7 +474,7 @@ def noise(setup: Setup) -> Study:
              "the highest lr never escapes": bool(stuck) and stuck[-1] == lr.lr.max(),
              "smaller batches delay escape at equal examples": (b_ratio or 0) > 1.2}
     result.update({"subclaims": parts, "more_noise_slows_escape": top_slower})
-    _save(out, "noise", f"Claim 4: gradient noise ({scale})", result, figs)
+    _save(out, "noise", result)
     if len(escaped) < 2 and len(b_done) < 2:
         verdict = "no result"
     else:
@@ -492,9 +487,7 @@ def noise(setup: Setup) -> Study:
             + f"; τ in examples at batch {', '.join(str(int(b)) for b in bs.batch_size)}: "
             f"{', '.join(_fmt(t, '.3g') for t in bs.tau_examples)}, smallest / largest batch {_fmt(b_ratio, '.2f')}"
             f"; sub-claims: " + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in parts.items()))
-    claim = Claim(4, "Entropic stabilisation by gradient noise", "higher lr slows escape monotonically (3.6x over a ~7x lr "
-                  "range, equal examples); the highest lr never escapes; smaller batches delay escape ~1.8x at equal "
-                  "examples (64 vs 512)", ours, verdict,
+    claim = Claim(4, *CLAIMS[4], ours, verdict,
                   f"{_settings(p['base'])}; lr in {p['lr']} at batch 128; batch in {p['batch_size']} at lr 1e-3")
     return Study("noise", result, figs, [claim])
 
@@ -560,7 +553,7 @@ def asymmetry(setup: Setup) -> Study:
     fig.update_layout(title=f"Waiting time (token accuracy >= {SOLVED_TOKEN_ACC}) by direction; reverse / forward = "
                       f"{_fmt(mean, '.2f')} (paper 1.7-4.4)", xaxis_title="seed", yaxis_title="steps", barmode="group")
     figs = [fig]
-    _save(out, "asymmetry", f"Claim 6: directional asymmetry ({scale})", result, figs)
+    _save(out, "asymmetry", result)
     if mean is None:
         verdict = "no result"
     else:
@@ -568,7 +561,7 @@ def asymmetry(setup: Setup) -> Study:
     ours = (f"a_to_b / bz_to_a = {_fmt(mean, '.2f')} (range {_fmt(result['ratio_min'], '.2f')}-"
             f"{_fmt(result['ratio_max'], '.2f')}, {len(ratios)} seeds); steps: "
             + "; ".join(f"seed {r['seed']}: {r['bz_to_a']} vs {r['a_to_b']}" for r in rows))
-    claim = Claim(6, "Directional asymmetry", "(B, z) -> A is learned 1.7x to 4.4x faster than A -> B", ours, verdict,
+    claim = Claim(6, *CLAIMS[6], ours, verdict,
                   f"{_settings(p['base'])}; seeds {p['seeds']}; waiting time = first eval with token accuracy >= "
                   f"{SOLVED_TOKEN_ACC} in both directions")
     return Study("asymmetry", result, figs, [claim])
@@ -672,7 +665,7 @@ STUDY_CLAIM = {"training": 0, "marginal_first": 1, "scaling": 2, "collective": 3
 
 
 SEED_STUDIES = {"marginal_first": marginal_first, "collective": collective, "cascade": cascade_study,
-                "geometry": None}
+                "geometry": geometry}
 
 
 def script_main(name: str, doc: str) -> None:
@@ -689,10 +682,9 @@ def script_main(name: str, doc: str) -> None:
     t = time.perf_counter()
     if name in SEED_STUDIES:
         runs = seed_runs(setup)
-        if name == "geometry":
-            study = geometry(geometry_runs(setup, runs), setup.dir("seeds"), args.scale)
-        else:
-            study = SEED_STUDIES[name](runs, setup.dir("seeds"), args.scale)
+        if name == "geometry":  # the seeds' first run, and the scale's other Hessian runs
+            runs = geometry_runs(setup, runs)
+        study = SEED_STUDIES[name](runs, setup.dir("seeds"), args.scale)
     else:
         study = STUDY_FUNCS[name](setup)
     from .viz.dashboard import write_html

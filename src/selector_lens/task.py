@@ -1,4 +1,4 @@
-"""The selector task (science.md section 1): strings, token tensors, candidate sets, positions.
+"""The selector task (docs/science.md section 1): strings, token tensors, candidate sets, positions.
 
 `SelectorTask` is the frozen config; `generate()` samples the strings once from its seed;
 `TaskData.from_strings` turns strings into tensors, so a run rebuilt from its `data.json`

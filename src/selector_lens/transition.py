@@ -1,7 +1,7 @@
 """Reading a loss curve: waiting time τ, plateau height, transition window.
 
 Every τ says which definition it used: the first eval step at which the candidate loss is
-below `threshold` x log K (science.md section 3).
+below `threshold` x log K (docs/science.md section 3).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def group_crossing_steps(steps, group_acc: np.ndarray, level: float = 0.5) -> np
 
 
 def collective_transition(rows: list[dict], k: int, tau_step: int | None, level: float = 0.5) -> dict:
-    """Do the groups switch together (science.md claim 3)? From the stored per-group accuracy.
+    """Do the groups switch together (docs/science.md claim 3)? From the stored per-group accuracy.
 
     A group crosses at its first eval with candidate accuracy > `level`. Reports the fraction of
     groups crossed by τ/2, τ and 1.5τ, and the 10%-90% crossing window as a fraction of τ. The

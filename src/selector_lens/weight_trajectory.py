@@ -15,24 +15,11 @@ from .errors import SelectorLensError
 
 
 def _state(run, step: int, names: list[str]) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
+    from .model import read_checkpoint
 
-    from .model import _checksum
-
-    path = run.ckpt_path(step)
     if not run.has_weights:
         raise SelectorLensError(f"{run.path} is a published run: its weights are not included (step {step})")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-        state = load_file(str(path))
-    except FileNotFoundError:
-        raise SelectorLensError(f"missing checkpoint: {path}") from None
-    except (SafetensorError, OSError, ValueError) as e:
-        raise SelectorLensError(f"corrupt checkpoint: {path} ({e})") from None
-    if meta.get("checksum") != _checksum(state):
-        raise SelectorLensError(f"corrupt checkpoint: {path} (checksum mismatch)")
+    state, _ = read_checkpoint(run.ckpt_path(step))
     return {n: state[n].double() for n in names}
 
 

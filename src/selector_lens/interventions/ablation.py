@@ -17,9 +17,10 @@ from ..errors import SelectorLensError
 MODES = ("zero", "mean", "resample")
 
 
-def check_heads(model, heads) -> list[tuple[int, int]]:
-    """Validate (layer, head) pairs against the model; one clear error if out of range."""
-    L, H = model.cfg.n_layers, model.cfg.n_heads
+def check_heads(cfg, heads) -> list[tuple[int, int]]:
+    """Validate (layer, head) pairs against a model's config (a HookedTransformerConfig or a
+    ModelConfig: no model needed); one clear error if out of range."""
+    L, H = cfg.n_layers, cfg.n_heads
     out = []
     for layer, head in heads:
         if not 0 <= layer < L:
@@ -79,7 +80,7 @@ def head_ablation(model, es, heads, mode: str = "mean", seed: int = 0, chunk: in
     """Build the ablation of `heads` for evaluation set `es` (means / resamples from its clean run)."""
     if mode not in MODES:
         raise SelectorLensError(f"unknown ablation mode {mode!r}; choose one of {', '.join(MODES)}")
-    heads = check_heads(model, heads)
+    heads = check_heads(model.cfg, heads)
     if not heads:
         raise SelectorLensError("no heads to ablate")
     abl = HeadAblation(heads, mode)
@@ -146,9 +147,8 @@ def _stored_table(run, head_sets, mode, steps, keep_only, seed, recompute):
 
     if mode not in MODES:
         raise SelectorLensError(f"unknown ablation mode {mode!r}; choose one of {', '.join(MODES)}")
-    cfg = run.config.model
     for heads in head_sets:
-        check_heads(_Shape(cfg.n_layers, cfg.n_heads), heads)
+        check_heads(run.config.model, heads)
     steps = run.steps if steps is None else list(steps)
     for step in steps:
         run.check_step(step)
@@ -156,18 +156,6 @@ def _stored_table(run, head_sets, mode, steps, keep_only, seed, recompute):
               "seed": seed, "eval_set": "the run's recorded groups"}
     return per_step(run, "ablation", ABLATION_VERSION, params, steps,
                     lambda todo: _ablation_table(run, head_sets, mode, todo, keep_only, seed), recompute)
-
-
-@dataclass
-class _Shape:
-    """What `check_heads` reads of a model, from a run's config (no model built)."""
-
-    n_layers: int
-    n_heads: int
-
-    @property
-    def cfg(self):
-        return self
 
 
 def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
@@ -179,7 +167,7 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
 
     series = run.series(run.steps if steps is None else list(steps))
     model = series.model
-    head_sets = [check_heads(model, heads) for heads in head_sets]
+    head_sets = [check_heads(model.cfg, heads) for heads in head_sets]
     if not all(head_sets):
         raise SelectorLensError("no heads to ablate")
     every = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]

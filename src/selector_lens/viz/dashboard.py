@@ -113,7 +113,6 @@ def run_dashboard(run, out, ablation: bool = True, patch_steps: int = 8, example
         blocks.append(figures.weight_trajectory_curves(weight_trajectory(run), tau))
         if task.has_candidates:
             blocks.append(figures.logit_lens_curves(logit_lens(run, figures.thin(run.steps, lens_steps)), tau))
-    if run.steps and run.has_weights:
         tokens = run.task_data.tokens[example : example + 1]
         patterns = {s: attention_patterns(m, tokens).numpy() for s, m in run.series(figures.thin(run.steps, explorer_steps))}
         blocks.append(f"<h2>Attention explorer: example {example}</h2>")
