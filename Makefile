@@ -18,6 +18,7 @@ demo: $(STAMP)
 	$(VENV)/bin/selector-lens train $(DEMO) --out checkpoints/demo --resume
 
 test: $(STAMP)
+	$(PY) -m ruff format --check src tests benchmarks analyses
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

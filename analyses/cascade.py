@@ -9,7 +9,9 @@ mid / post, and the best single head kept alone (sufficiency). Writes DIR/cascad
 (`selector_lens.studies.cascade_study`).
 """
 
-from selector_lens.studies import script_main
+import sys
 
-if __name__ == "__main__":
-    script_main("cascade", __doc__)
+from selector_lens.cli import main
+
+if __name__ == "__main__":  # the same command line as `selector-lens study cascade`
+    main(["study", "cascade", *sys.argv[1:]])

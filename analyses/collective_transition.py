@@ -8,7 +8,9 @@ per-group accuracy stored at every eval: fraction of groups solved (> 50% of the
 learning. Writes DIR/collective.json and DIR/collective.html (`selector_lens.studies.collective`).
 """
 
-from selector_lens.studies import script_main
+import sys
 
-if __name__ == "__main__":
-    script_main("collective", __doc__)
+from selector_lens.cli import main
+
+if __name__ == "__main__":  # the same command line as `selector-lens study collective`
+    main(["study", "collective", *sys.argv[1:]])

@@ -9,7 +9,9 @@ the first eval step with teacher-forced token accuracy (target tokens + EOS) >= 
 The study lives in `selector_lens.studies.asymmetry`.
 """
 
-from selector_lens.studies import script_main
+import sys
 
-if __name__ == "__main__":
-    script_main("asymmetry", __doc__)
+from selector_lens.cli import main
+
+if __name__ == "__main__":  # the same command line as `selector-lens study asymmetry`
+    main(["study", "asymmetry", *sys.argv[1:]])

@@ -9,7 +9,9 @@ gradient noise along the top directions vs a random subspace. Writes DIR/geometr
 (`selector_lens.studies.geometry`; one checkpoint: `selector-lens landscape`).
 """
 
-from selector_lens.studies import script_main
+import sys
 
-if __name__ == "__main__":
-    script_main("geometry", __doc__)
+from selector_lens.cli import main
+
+if __name__ == "__main__":  # the same command line as `selector-lens study geometry`
+    main(["study", "geometry", *sys.argv[1:]])

@@ -9,7 +9,9 @@ at equal examples. `--scale cpu`: K=5, D=2000, lr 3e-4..5e-3, batch 32..256. Wri
 and DIR/noise.html (`selector_lens.studies.noise`).
 """
 
-from selector_lens.studies import script_main
+import sys
 
-if __name__ == "__main__":
-    script_main("noise", __doc__)
+from selector_lens.cli import main
+
+if __name__ == "__main__":  # the same command line as `selector-lens study noise`
+    main(["study", "noise", *sys.argv[1:]])

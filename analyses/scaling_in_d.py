@@ -10,7 +10,9 @@ K in {5, 10, 20, 36} at D = 10k and 20k (`selector-lens reproduce --scale paper 
 The study itself lives in `selector_lens.studies.scaling` (also used by `selector-lens reproduce`).
 """
 
-from selector_lens.studies import script_main
+import sys
 
-if __name__ == "__main__":
-    script_main("scaling", __doc__)
+from selector_lens.cli import main
+
+if __name__ == "__main__":  # the same command line as `selector-lens study scaling`
+    main(["study", "scaling", *sys.argv[1:]])

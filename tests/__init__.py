@@ -1,0 +1,1 @@
+from . import typecheck  # noqa: F401  (pyproject: --jaxtyping-packages=...,tests.typecheck.checker)

@@ -6,7 +6,7 @@ import torch
 import selector_lens as sl
 from selector_lens.interventions.ablation import head_ablation, resample_sources
 from selector_lens.metrics import make_eval_set
-from tests.conftest import tiny
+from tests.helpers import tiny
 
 MCFG = sl.ModelConfig(n_layers=2, n_heads=2, d_model=32, d_head=16, d_mlp=64)
 
@@ -117,15 +117,63 @@ def test_ablate_heads_over_a_run(trained):
     assert keep.ablated_loss.iloc[0] == pytest.approx(sl.evaluate(model, es, intervention=everything_else)["loss"], abs=1e-7)
 
 
-def test_routing_head_and_cascade(trained):
-    found = sl.find_routing_head(trained, step=60)
-    nec = found["necessity"]
-    assert len(nec) == 4 and found["label"] == nec.loc[nec.delta_candidate_loss.idxmax(), "heads"]
-    assert found["best_sufficient_head"] in set(found["sufficiency"].heads)
-    c = sl.cascade(trained, head=found["routing_head"])
-    assert c["routing_head"] == found["label"] and c["tau"] == trained.tau()
-    if c["dz_onset"] is not None:
-        assert c["dz_lead_frac"] == pytest.approx((c["tau"] - c["dz_onset"]) / c["tau"])
+def planted(run, keep: tuple[int, int], out):
+    """A copy of `run` whose step-60 checkpoint has every head's W_O zeroed but `keep`'s (its
+    metrics row re-evaluated), so no other head can matter."""
+    import json
+    import shutil
+
+    from selector_lens.model import save_weights
+
+    shutil.copytree(run.path, out)
+    copy = sl.Run.open(out)
+    model = copy.model_at(60)
+    with torch.no_grad():
+        for layer, block in enumerate(model.blocks):
+            for h in range(block.attn.W_O.shape[0]):
+                if (layer, h) != keep:
+                    block.attn.W_O[h].zero_()
+    save_weights(model, copy.ckpt_path(60), 60, copy.config_hash)
+    row = sl.evaluate(model, copy.eval_set())
+    rows = [{**r, **row} if r["step"] == 60 else r for r in copy.metric_rows()]
+    (copy.path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return copy
+
+
+@pytest.mark.parametrize("keep", [(0, 1), (1, 1)])
+def test_find_routing_head_on_a_planted_model(trained, tmp_path, keep):
+    """The unplanted run's routing head is L0H0; with one head left alive, it is that head, and
+    ablating any silent head changes nothing."""
+    assert sl.find_routing_head(trained, step=60, sufficiency=False)["label"] == "L0H0"
+    found = sl.find_routing_head(planted(trained, keep, tmp_path / "p"), step=60)
+    nec = found["necessity"].set_index("heads").delta_candidate_loss
+    label = "L{}H{}".format(*keep)
+    assert found["label"] == label and found["routing_head"] == keep and nec[label] > 0.01
+    assert nec.drop(label).abs().max() < 1e-6
+    assert found["best_sufficient_head"] == label  # kept alone, it is the whole model's attention
+
+
+def test_cascade_onsets_on_a_synthetic_log(tmp_path):
+    """Known onsets: attention of L0H1 steps from 0.1 to 0.6 at step 400 (halfway, 0.35, is first
+    reached there), Δz passes 0.1 at 600, the candidate loss falls below 0.5 log K at 800."""
+    import json
+    import math
+
+    from selector_lens import rundir
+
+    cfg = tiny()
+    rundir.create(tmp_path / "r", cfg.to_dict(), sl.__version__, cfg.task.generate().to_json())
+    rows = []
+    for step in range(0, 1100, 100):
+        attn = [[0.2, 0.6 if step >= 400 else 0.1], [0.3, 0.3]]
+        rows.append({"step": step, "attn_to_z": attn, "dz": 0.5 if step >= 600 else 0.01,
+                     "candidate_loss": 0.1 if step >= 800 else math.log(3)})
+    (tmp_path / "r" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c = sl.cascade(sl.Run.open(tmp_path / "r"), head=(0, 1))
+    assert (c["routing_head"], c["attn_onset"], c["dz_onset"], c["tau"]) == ("L0H1", 400, 600, 800)
+    assert c["attn_lead_frac"] == pytest.approx(0.5) and c["dz_lead_frac"] == pytest.approx(0.25)
+    late = sl.cascade(sl.Run.open(tmp_path / "r"), head=(0, 1), dz_threshold=0.6)
+    assert late["dz_onset"] is None and late["dz_lead_frac"] is None
 
 
 def test_step_selection(trained):

@@ -1,21 +1,75 @@
 import json
 import subprocess
 import sys
+from dataclasses import fields
 
 import pytest
+import typer
+
+import selector_lens as sl
+from selector_lens.cli import app
+from tests.helpers import cli, cli_process
 
 TINY = ["--k", "3", "--n-bases", "8", "--n-layers", "1", "--n-heads", "2", "--d-model", "32",
         "--d-head", "16", "--d-mlp", "64", "--eval-every", "5", "--ckpt-every", "10", "--batch-size", "8"]
 
 
-def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "selector_lens", *args], capture_output=True, text=True, cwd=cwd)
+COMMANDS = ["train", "ablate-head", "attention", "logit-lens", "weights", "cascade", "patch", "landscape",
+            "dashboard", "sweep", "fit", "reproduce", "import", "publish", "prune"]
 
 
-def test_help_lists_commands_and_examples():
+def test_help_lists_commands_and_each_has_examples():
     out = cli("--help")
-    assert out.returncode == 0 and "train" in out.stdout
+    assert out.returncode == 0 and all(c in out.stdout for c in COMMANDS)
+    for command in COMMANDS:
+        page = cli(command, "--help").stdout
+        assert "Examples:" in page and f"{command} " in page.split("Examples:")[1], command
     assert "--resume" in cli("train", "--help").stdout
+
+
+def test_every_config_field_is_a_train_option():
+    """One source for options: each field of the three configs is a `train` option (the task's seed
+    as --data-seed), with the dataclass's default."""
+    params = {p.name: p for p in typer.main.get_command(app).commands["train"].params}
+    for cls in (sl.SelectorTask, sl.ModelConfig, sl.TrainConfig):
+        for f in fields(cls):
+            if f.name in ("task", "model"):
+                continue
+            name = "data_seed" if (cls, f.name) == (sl.SelectorTask, "seed") else f.name
+            assert name in params, f"{cls.__name__}.{f.name} has no train option"
+            assert params[name].default == (None if name == "data_seed" else f.default), name
+            assert params[name].help, name
+
+
+def test_train_sets_every_option(monkeypatch, tmp_path):
+    """Every option reaches the config the trainer gets (non-default values, one run of the CLI)."""
+    from selector_lens import trainer
+
+    values = dict(k=4, n_bases=9, b_length=5, a_length=3, z_length=3, direction="a_to_b",
+                  unique_first_char=False, data_seed=5, parity="ours", n_layers=1, n_heads=3, d_model=24,
+                  d_head=8, d_mlp=40, act_fn="relu", normalization_type="none", n_ctx=20, steps=7,
+                  batch_size=5, lr=0.02, weight_decay=0.1, beta1=0.8, beta2=0.95, grad_clip=0.5,
+                  schedule="cosine", warmup_steps=2, eval_every=3, ckpt_every=4, eval_groups="all",
+                  early_stop=False, early_stop_frac=0.2, early_stop_evals=2, seed=9, device="auto")
+    assert set(values) == set(sl.config.OPTIONS)
+    args = []
+    for name, v in values.items():
+        flag = "--" + name.replace("_", "-")
+        args += [flag if v is True else "--no-" + flag[2:]] if isinstance(v, bool) else [flag, v]
+    seen = {}
+
+    def record(cfg, **kw):
+        seen["cfg"] = cfg
+        raise sl.SelectorLensError("recorded")
+
+    monkeypatch.setattr(trainer, "train", record)
+    assert cli("train", *args, "--out", tmp_path / "r").returncode == 2
+    cfg = seen["cfg"]
+    flat = {**{f.name: getattr(cfg.task, f.name) for f in fields(cfg.task)},
+            **{f.name: getattr(cfg.model, f.name) for f in fields(cfg.model)},
+            **{f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in ("task", "model")}}
+    flat["data_seed"], flat["seed"] = cfg.task.seed, cfg.seed
+    assert flat == {**values, "normalization_type": None}
 
 
 @pytest.mark.parametrize(
@@ -26,8 +80,13 @@ def test_help_lists_commands_and_examples():
 )
 def test_bad_input_is_one_line_and_exit_2(args, words):
     out = cli("train", *args)
-    assert out.returncode == 2
-    assert out.stderr.strip().count("\n") == 0 and words in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and words in out.stderr
+
+
+def test_the_console_script_exits_2_with_one_line():
+    out = cli_process("train", "--k", "37")
+    assert out.returncode == 2 and out.stderr == "error: k=37 > 36: with unique_first_char the K targets of a " \
+        "base need K different first characters (turn unique_first_char off for larger K)\n"
 
 
 def test_train_json_summary_then_refuse_to_overwrite(tmp_path):
@@ -56,7 +115,7 @@ def tiny_run(tmp_path_factory):
 
 
 def test_ablate_head_json_and_alias(tiny_run):
-    alias = [sys.executable, "-c", "from selector_lens.cli import ablate_head_main; ablate_head_main()"]
+    alias = [sys.executable, "-c", "from selector_lens.cli import ablate_head_main; ablate_head_main()"]  # the script
     out = subprocess.run([*alias, "--layer", "0", "--head", "1", "--mode", "zero", "--step", "60", "--json"],
                          capture_output=True, text=True, cwd=tiny_run.parent.parent)  # latest run under checkpoints/
     assert out.returncode == 0, out.stderr

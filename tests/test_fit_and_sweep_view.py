@@ -8,8 +8,8 @@ from selector_lens import viz
 from selector_lens.runs import run_table
 from selector_lens.transition import plateau_height, power_law_fit, summarize, tau
 from selector_lens.viz.dashboard import sweep_dashboard
-from tests.conftest import tiny
-from tests.test_viz import render
+from tests.helpers import tiny
+from tests.helpers import render
 
 
 def test_tau_on_a_synthetic_curve():

@@ -7,7 +7,7 @@ import selector_lens as sl
 from selector_lens import fused
 from selector_lens.trainer import train_many, train_step
 
-from .conftest import tiny
+from tests.helpers import tiny
 
 TASK = sl.SelectorTask(k=5, n_bases=20)
 

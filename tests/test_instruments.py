@@ -8,7 +8,7 @@ import torch
 import selector_lens as sl
 from selector_lens.logit_lens import lens_metrics, logit_lens
 from selector_lens.weight_trajectory import trajectory, weight_trajectory
-from tests.conftest import tiny
+from tests.helpers import tiny
 
 
 @pytest.fixture(scope="module")

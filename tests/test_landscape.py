@@ -7,7 +7,7 @@ from torch.func import functional_call
 import selector_lens as sl
 from selector_lens import landscape as ls
 
-from .conftest import tiny
+from tests.helpers import tiny
 
 TASK = sl.SelectorTask(k=3, n_bases=8)
 FIRST = TASK.first_target_pos

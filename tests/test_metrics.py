@@ -75,7 +75,9 @@ def test_z_blind_model_has_no_z_gap_and_candidate_loss_of_its_marginal():
 
     hooks = [(f"blocks.{l}.attn.hook_pattern", blind) for l in range(2)]
 
-    class Blind:
+    class Blind:  # a metrics.Intervention
+        per_example = True
+
         def hooks(self, examples, offset):
             return list(hooks)
 
@@ -118,9 +120,37 @@ def test_eval_groups_subset_is_whole_seeded_groups():
     assert torch.equal(again.tokens, a.tokens) and torch.equal(again.deranged, a.deranged)
 
 
-def test_group_correct_counts_per_group():
+def test_group_correct_against_full_forward_passes():
+    """Oracle: score every candidate of every example by a plain HookedTransformer forward over
+    the whole sequence (prefix + candidate), count per group the examples whose best-scored
+    candidate is the true one."""
     task = sl.SelectorTask(k=3, n_bases=5)
     model = sl.build_model(sl.ModelConfig(n_layers=1), task, seed=0)
-    m = sl.evaluate(model, make_eval_set(task.generate()))
-    assert len(m["group_correct"]) == 5 and all(0 <= c <= 3 for c in m["group_correct"])
+    es = make_eval_set(task.generate())
+    m = sl.evaluate(model, es)
+    S, want = task.source_length, [0] * 5
+    with torch.no_grad():
+        for i in range(15):
+            seqs = torch.cat([es.tokens[i, :S].expand(3, S), es.candidates[i]], 1)  # [C, S + T + 1]
+            logp = model(seqs[:, :-1]).log_softmax(-1)[:, S - 1 :]
+            scores = logp.gather(-1, es.candidates[i][..., None]).squeeze(-1).sum(-1)
+            want[i // 3] += int(scores.argmax() == es.correct[i])
+    assert m["group_correct"] == want and 0 < sum(want) < 15
     assert sum(m["group_correct"]) / 15 == pytest.approx(m["candidate_acc"])
+
+
+def test_shape_contracts_are_checked_while_testing():
+    """pyproject's addopts run the package under jaxtyping + beartype: a tensor of the wrong rank
+    or dtype is refused where the signature names its shape."""
+    import dataclasses
+
+    from jaxtyping import TypeCheckError
+
+    from selector_lens import fused
+
+    es = make_eval_set(sl.SelectorTask(k=2, n_bases=3).generate())
+    with pytest.raises(TypeCheckError):
+        dataclasses.replace(es, correct=es.correct[:2])  # [n] must match the tokens' n
+    model = sl.build_model(sl.ModelConfig(n_layers=1), es.task, seed=0)
+    with pytest.raises(TypeCheckError):
+        fused.forward(model, es.tokens.float())

@@ -16,7 +16,7 @@ from selector_lens.interventions.ablation import training_set_ablation
 from selector_lens.model import build_model
 from selector_lens.parity import PaperBatchOrder, lr_factor, rng_after_init
 from selector_lens.trainer import lr_at, train_step
-from tests.conftest import tiny
+from tests.helpers import tiny
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "synass-k10"
 needs_fixture = pytest.mark.skipif(not (FIXTURE / "config.yaml").is_file(),

@@ -12,7 +12,7 @@ from selector_lens.presets import pool
 from selector_lens.publish import publish
 from selector_lens.studies import reproduce
 
-from .test_cli import cli
+from tests.helpers import cli
 
 VERDICTS = {"reproduced", "partly", "not reproduced", "no result"}
 

@@ -11,7 +11,7 @@ from selector_lens.interventions import ablation
 from selector_lens.model import save_weights
 from selector_lens.publish import publish_run
 from selector_lens.store import STORE_DIR
-from tests.conftest import tiny
+from tests.helpers import tiny
 
 
 @pytest.fixture(scope="module")

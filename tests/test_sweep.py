@@ -1,28 +1,29 @@
 import json
 
-import numpy as np
 import pandas as pd
 import pytest
 
 import selector_lens as sl
 from selector_lens.runs import run_table
-from selector_lens.sweep import SweepSpec, make_config, run_point, run_sweep
+from selector_lens import rundir
+from selector_lens.config import from_options
+from selector_lens.sweep import SweepSpec, run_point, run_sweep
 from selector_lens.transition import scaling_fits
-from tests.conftest import train_until_killed
+from tests.helpers import train_until_killed
 
 TINY = {"n_layers": 1, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp": 64, "steps": 40,
         "batch_size": 16, "lr": 3e-3, "eval_every": 10, "ckpt_every": 20}
 
 
-def test_make_config_from_flat_options():
-    cfg = make_config({"k": 4, "D": 40, "n_layers": 2, "lr": 2e-3, "seed": 7, "direction": "a_to_b"})
+def test_from_options_from_flat_options():
+    cfg = from_options({"k": 4, "D": 40, "n_layers": 2, "lr": 2e-3, "seed": 7, "direction": "a_to_b"})
     assert (cfg.task.k, cfg.task.n_bases, cfg.task.seed, cfg.task.direction) == (4, 10, 7, "a_to_b")
     assert (cfg.model.n_layers, cfg.lr, cfg.seed) == (2, 2e-3, 7)
-    assert make_config({"k": 36, "D": 10_000}).task.n_bases == 278  # round(D / K): D = 10,008
+    assert from_options({"k": 36, "D": 10_000}).task.n_bases == 278  # round(D / K): D = 10,008
     with pytest.raises(sl.SelectorLensError, match="D or n_bases, not both"):
-        make_config({"k": 4, "D": 30, "n_bases": 3})
-    with pytest.raises(sl.SelectorLensError, match="unknown sweep option.*: colour"):
-        make_config({"colour": 1})
+        from_options({"k": 4, "D": 30, "n_bases": 3})
+    with pytest.raises(sl.SelectorLensError, match="unknown option.*: colour"):
+        from_options({"colour": 1})
 
 
 def test_spec_from_yaml_and_flags(tmp_path):
@@ -41,10 +42,23 @@ def test_spec_from_yaml_and_flags(tmp_path):
         SweepSpec.load(path)
 
 
+BLOCKED = "corrupt checkpoint"
+
+
+def block(path, options):
+    """A point killed mid-write: its run directory with a torn optimizer state, so resuming it
+    fails at training time, on any hardware."""
+    cfg = from_options(options)
+    rundir.create(path, cfg.to_dict(), sl.__version__, cfg.task.generate().to_json())
+    (path / rundir.CKPT_DIR / rundir.STATE).write_bytes(b"torn")
+
+
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
-    spec = SweepSpec({**TINY, "k": 3}, {"n_bases": [6, 12], "device": ["cpu", "cuda"]})
+    spec = SweepSpec({**TINY, "k": 3}, {"n_bases": [6, 12], "seed": [1, 2]})
+    block(root / "n_bases6-seed2", {**TINY, "k": 3, "n_bases": 6, "seed": 2})
+    block(root / "n_bases12-seed2", {**TINY, "k": 3, "n_bases": 12, "seed": 2})
     return root, spec, run_sweep(spec, root, workers=2)
 
 
@@ -52,27 +66,37 @@ def test_local_sweep_records_failures_and_goes_on(swept):
     root, spec, results = swept
     outcome = {r["run"].split("/")[-1]: r for r in results}
     assert {k: v["outcome"] for k, v in outcome.items()} == {
-        "n_bases6-cpu": "done", "n_bases12-cpu": "done",
-        "n_bases6-cuda": "failed", "n_bases12-cuda": "failed"}
-    err = json.loads((root / "n_bases6-cuda" / "error.json").read_text())
-    assert "no CUDA device" in err["error"]
-    assert sl.Run.open(root / "n_bases12-cpu").metric_rows()[-1]["step"] == 40
+        "n_bases6-seed1": "done", "n_bases12-seed1": "done",
+        "n_bases6-seed2": "failed", "n_bases12-seed2": "failed"}
+    err = json.loads((root / "n_bases6-seed2" / "error.json").read_text())
+    assert BLOCKED in err["error"] and "Traceback" in err["traceback"]
+    assert sl.Run.open(root / "n_bases12-seed1").metric_rows()[-1]["step"] == 40
     assert len(json.loads((root / "sweep.json").read_text())["points"]) == 4
+
+
+def test_a_cuda_point_trains_where_cuda_exists_and_fails_alone_where_not(tmp_path):
+    import torch
+
+    res = run_sweep(SweepSpec({**TINY, "k": 3, "n_bases": 6, "steps": 10}, {"device": ["cpu", "cuda"]}), tmp_path)
+    if torch.cuda.is_available():
+        assert [r["outcome"] for r in res] == ["done", "done"]
+    else:
+        assert [r["outcome"] for r in res] == ["done", "failed"] and "no CUDA device" in res[1]["error"]
 
 
 def test_sweep_is_resumable(swept):
     root, spec, _ = swept
     again = run_sweep(spec, root, workers=1)
-    assert [r["outcome"] for r in again if "cpu" in r["run"]] == ["skipped", "skipped"]
+    assert [r["outcome"] for r in again if "seed1" in r["run"]] == ["skipped", "skipped"]
     with pytest.raises(sl.SelectorLensError, match="holds a different sweep"):
         run_sweep(SweepSpec({**TINY, "k": 3}, {"n_bases": [6]}), root)
 
 
 def test_a_killed_point_is_resumed(tmp_path, monkeypatch):
     options = {**TINY, "k": 3, "n_bases": 6}
-    train_until_killed(make_config(options), tmp_path / "p", monkeypatch, evals=4)
+    train_until_killed(from_options(options), tmp_path / "p", monkeypatch, evals=4)
     assert run_point(options, str(tmp_path / "p"), 1)["outcome"] == "done"
-    full = sl.train(make_config(options), out=tmp_path / "full").metric_rows()
+    full = sl.train(from_options(options), out=tmp_path / "full").metric_rows()
     assert [r["loss"] for r in sl.Run.open(tmp_path / "p").metric_rows()] == [r["loss"] for r in full]
 
 
@@ -90,8 +114,9 @@ def test_run_table_of_the_sweep(swept):
     table = run_table(root)
     ok = table[table.status != "running"]
     assert set(ok.D) == {18, 36} and (ok.tau_examples.dropna() > 0).all()
-    failed = table[table.run.str.contains("cuda")]
-    assert len(failed) == 2 and failed.error.str.contains("no CUDA device").all()
+    failed = table[table.error.notna()]
+    assert sorted(failed.run.str.split("/").str[-1]) == ["n_bases12-seed2", "n_bases6-seed2"]
+    assert failed.error.str.contains(BLOCKED).all()
 
 
 @pytest.mark.ray
@@ -108,7 +133,6 @@ def test_ray_executor_on_a_local_instance(tmp_path):
 
 def test_killing_a_sweep_leaves_no_worker_behind(tmp_path):
     """A killed sweep must not leave workers writing into run directories a resumed one reopens."""
-    import os
     import signal
     import subprocess
     import sys
@@ -135,7 +159,7 @@ def test_killing_a_sweep_leaves_no_worker_behind(tmp_path):
 
 def test_batched_executor_trains_compatible_points_together(tmp_path, monkeypatch):
     """Two seeds and three K (same shapes; D = 16, 24, 32 at batch 16: K=3's epochs end in a
-    batch of 8) in one batched model; a cuda point fails alone."""
+    batch of 8) in one batched model; a point that fails, fails alone."""
     from selector_lens import trainer
 
     widths, real = [], trainer.train_step
@@ -145,12 +169,11 @@ def test_batched_executor_trains_compatible_points_together(tmp_path, monkeypatc
     assert [r["outcome"] for r in results] == ["done"] * 6
     assert max(widths) == 6 and min(widths) == 2  # all at once; split by batch rows when they differ
     monkeypatch.setattr(trainer, "train_step", real)
-    solo = sl.train(make_config({**TINY, "n_bases": 8, "k": 3, "seed": 2}), out=tmp_path / "solo")
+    solo = sl.train(from_options({**TINY, "n_bases": 8, "k": 3, "seed": 2}), out=tmp_path / "solo")
     got = sl.Run.open(tmp_path / "b" / "k3-seed2").metric_rows()
     assert [r["loss"] for r in got] == pytest.approx([r["loss"] for r in solo.metric_rows()], abs=1e-4)
     again = run_sweep(spec, tmp_path / "b", executor="batched")  # finished points are skipped
     assert {r["outcome"] for r in again} == {"skipped"}
-    bad = run_sweep(SweepSpec({**TINY, "n_bases": 8, "k": 3}, {"device": ["cpu", "cuda"]}), tmp_path / "c",
-                    executor="batched")
-    if not __import__("torch").cuda.is_available():
-        assert [r["outcome"] for r in bad] == ["done", "failed"] and "no CUDA device" in bad[1]["error"]
+    block(tmp_path / "c" / "seed2", {**TINY, "n_bases": 8, "k": 3, "seed": 2})
+    bad = run_sweep(SweepSpec({**TINY, "n_bases": 8, "k": 3}, {"seed": [1, 2]}), tmp_path / "c", executor="batched")
+    assert [r["outcome"] for r in bad] == ["done", "failed"] and BLOCKED in bad[1]["error"]

@@ -1,6 +1,4 @@
-import json
 import math
-from dataclasses import replace
 
 import pytest
 import torch
@@ -8,7 +6,7 @@ import torch
 import selector_lens as sl
 from selector_lens.model import load_weights, save_weights
 from selector_lens.trainer import BatchOrder, lr_at
-from tests.conftest import tiny, train_until_killed
+from tests.helpers import tiny, train_until_killed
 
 KEYS = ("step", "examples_seen", "loss", "first_target_loss", "candidate_loss", "candidate_acc",
         "dz", "token_acc", "attn_to_z", "group_correct")
@@ -25,7 +23,8 @@ def test_run_directory_and_metrics(tmp_path, tiny_cfg):
     assert m.examples_seen.iloc[2] == 6 * 36 + 2 * 16  # step 20: 6 epochs of 3 batches (16, 16, 4) + 2
     assert len(m.attn_to_z[0]) == 2 and len(m.attn_to_z[0][0]) == 2
     assert run.task_data.to_json() == tiny_cfg.task.generate().to_json()
-    assert run.info["summary"]["tau"] == run.tau()
+    first_below = next((r["step"] for r in run.metric_rows() if r["candidate_loss"] < 0.5 * math.log(3)), None)
+    assert run.info["summary"]["tau"] == first_below  # τ's definition, applied by hand
     assert (run.path / "ckpt" / "last.pt").is_file()
 
 
@@ -79,6 +78,21 @@ def test_early_stop_once_solved_for_a_while(tmp_path):
     assert run.status == "early_stopped" and m.step.iloc[-1] < 400
     assert (m.candidate_loss.iloc[-3:] < 0.05 * math.log(3)).all()
     assert run.steps[-1] == m.step.iloc[-1]  # the stopping step is checkpointed
+
+
+@pytest.mark.parametrize("direction,row,want", [
+    ("bz_to_a", {"candidate_loss": 0.05 * math.log(3) - 1e-9, "loss": 9.0}, True),
+    ("bz_to_a", {"candidate_loss": 0.05 * math.log(3) + 1e-9, "loss": 0.0}, False),
+    ("b_to_a", {"candidate_loss": 0.0, "loss": 0.0}, False),  # its floor is log K: never solved
+    ("a_to_b", {"candidate_loss": None, "loss": 0.05 - 1e-9}, True),  # no candidates: the token loss, in nats
+    ("a_to_b", {"candidate_loss": None, "loss": 0.05 + 1e-9}, False),
+    ("az_to_b", {"candidate_loss": None, "loss": 0.049}, True),
+    ("az_to_b", {"candidate_loss": None, "loss": 0.2}, False),
+])
+def test_solved_line_per_direction(direction, row, want):
+    from selector_lens.trainer import solved
+
+    assert solved(tiny(task={"direction": direction}), row) is want
 
 
 def test_batch_order_is_a_fresh_permutation_each_epoch():

@@ -1,7 +1,6 @@
 import io
 import re
 import json
-import os
 import shutil
 
 import numpy as np
@@ -12,9 +11,7 @@ from selector_lens import viz
 from selector_lens.viz.dashboard import run_dashboard
 from selector_lens.transition import group_crossing_steps
 from selector_lens.viz.figures import DZ_FLOOR, thin
-from tests.conftest import tiny
-
-CHROMIUM = "/usr/bin/chromium"
+from tests.helpers import render, tiny
 
 
 @pytest.fixture(scope="module")
@@ -85,35 +82,6 @@ def test_attention_explorer_traces(run):
 
 
 # --- the dashboard, in a real browser -----------------------------------------------------
-
-
-def render(path):
-    """Load `path` from file:// in headless Chromium: console errors, requests, figures, screenshot."""
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} missing: .ci/run installs the Debian package chromium")
-        pytest.skip("chromium not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        errors, requests = [], []
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("request", lambda req: requests.append(req.url))
-        page.goto(path.resolve().as_uri())
-        page.wait_for_function("document.querySelectorAll('div.fig').length > 0")
-        page.wait_for_timeout(500)
-        figs = page.locator("div.fig").count()
-        rendered = page.evaluate(
-            "Array.from(document.querySelectorAll('div.fig')).filter("
-            "d => d.querySelector('svg.main-svg') && d.querySelector('.plot-container').offsetHeight > 100).length")
-        shot = page.screenshot(full_page=True)
-        browser.close()
-    return errors, requests, figs, rendered, shot
 
 
 def test_dashboard_renders_offline_in_chromium(run, tmp_path):

@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "SelectorTask": "task",
-    "TaskData": "task",
+    "TaskData": "task_data",
     "ModelConfig": "config",
     "TrainConfig": "config",
     "SelectorLensError": "errors",

@@ -6,16 +6,16 @@ TransformerLens load inside the command that needs them. Bad input: one line, ex
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
-from .config import DEVICES, SCHEDULES, ModelConfig, TrainConfig
+from .config import OPTIONS, from_options
 from .errors import SelectorLensError
-from .task import DIRECTIONS, SelectorTask
 
 app = typer.Typer(
     help="Watch a transformer go from the marginal P(A|B) to the conditional P(A|B,z).",
@@ -31,59 +31,49 @@ def _root() -> None:
     """Watch a transformer go from the marginal P(A|B) to the conditional P(A|B,z)."""
 
 
-_D = TrainConfig()
-_T = SelectorTask()
+RUN_HELP = "Run directory (default: the latest run under checkpoints/)."
+# Options several commands share, declared once.
+RunOpt = Annotated[Optional[Path], typer.Option(help=RUN_HELP)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+StepOpt = Annotated[Optional[int], typer.Option(help="One checkpoint step.")]
+PhaseOpt = Annotated[Optional[str], typer.Option(help="pre (τ/4) | mid (3τ/4) | post (1.5τ) | final.")]
+EveryOpt = Annotated[Optional[int], typer.Option(help="Every n-th checkpoint.")]
+ExecutorOpt = Annotated[str, typer.Option(help="local | ray | batched (see `sweep`).")]
+WorkersOpt = Annotated[Optional[int], typer.Option(help="Parallel runs (default: one per core).")]
+RootOpt = Annotated[Optional[Path], typer.Option(help="Where the runs go (default checkpoints/reproduce/<scale>).")]
+
+
+def config_options(func):
+    """Give a command one option per config field (`config.OPTIONS`: name, type, default and help
+    come from the dataclasses), ahead of its own options; it receives them in `**options`."""
+    kw = inspect.Parameter.KEYWORD_ONLY
+    own = [p.replace(kind=kw) for p in inspect.signature(func, eval_str=True).parameters.values()
+           if p.kind is not p.VAR_KEYWORD]
+    made = [inspect.Parameter(name, kw, annotation=o.type, default=typer.Option(o.default, help=o.help))
+            for name, o in OPTIONS.items()]
+    func.__signature__ = inspect.Signature(made + own)
+    func.__annotations__ = {p.name: p.annotation for p in made + own}
+    return func
 
 
 @app.command(
     epilog="Examples:\n\n  selector-lens train --k 10 --n-bases 1000 --seed 42 --steps 6000 --out checkpoints/k10\n\n"
     "  selector-lens train --out checkpoints/k10 --resume   # continue a killed run"
 )
+@config_options
 def train(
-    k: int = typer.Option(_T.k, help="Targets per base (ambiguity K)."),
-    n_bases: int = typer.Option(_T.n_bases, help="Distinct base strings; D = n_bases x K."),
-    seed: int = typer.Option(_D.seed, help="Seed of the data and of the model/data order."),
-    steps: int = typer.Option(_D.steps, help="Maximum optimizer steps."),
     out: Optional[Path] = typer.Option(None, help="Run directory (default: checkpoints/<name>)."),
-    direction: str = typer.Option(_T.direction, help=f"One of {', '.join(DIRECTIONS)}."),
-    z_length: int = typer.Option(_T.z_length, help="Selector length (1..4)."),
-    unique_first_char: bool = typer.Option(_T.unique_first_char, help="K targets of a base start differently."),
-    parity: str = typer.Option(_T.parity, help="ours | paper: the paper code's dataset, initial weights, batch "
-                               "order and lr, string for string (parity.py)."),
-    batch_size: int = typer.Option(_D.batch_size),
-    lr: float = typer.Option(_D.lr),
-    weight_decay: float = typer.Option(_D.weight_decay),
-    grad_clip: float = typer.Option(_D.grad_clip, help="Max gradient norm; 0 turns clipping off."),
-    schedule: str = typer.Option(_D.schedule, help=f"One of {', '.join(SCHEDULES)}."),
-    warmup_steps: int = typer.Option(_D.warmup_steps),
-    eval_every: int = typer.Option(_D.eval_every, help="Steps between evaluations."),
-    ckpt_every: int = typer.Option(_D.ckpt_every, help="Steps between weight checkpoints."),
-    eval_groups: str = typer.Option(_D.eval_groups, help="'auto' (<= 100 groups), 'all', or a count."),
-    early_stop: bool = typer.Option(_D.early_stop, help="Stop once the candidate loss stays < 0.05 log K."),
-    n_layers: int = typer.Option(ModelConfig.n_layers, help="Model size (paper defaults)."),
-    n_heads: int = typer.Option(ModelConfig.n_heads),
-    d_model: int = typer.Option(ModelConfig.d_model),
-    d_head: int = typer.Option(ModelConfig.d_head),
-    d_mlp: int = typer.Option(ModelConfig.d_mlp),
-    device: str = typer.Option(_D.device, help=f"One of {', '.join(DEVICES)}."),
     resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    json_out: JsonOpt = False,
+    **options,
 ):
     """Train a HookedTransformer on the selector task with dense evaluation and checkpoints."""
     import time
 
     from .trainer import train as run_training
 
-    cfg = TrainConfig(
-        task=SelectorTask(k=k, n_bases=n_bases, z_length=z_length, direction=direction,
-                          unique_first_char=unique_first_char, seed=seed, parity=parity),
-        model=ModelConfig(n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head, d_mlp=d_mlp),
-        steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, grad_clip=grad_clip,
-        schedule=schedule, warmup_steps=warmup_steps, eval_every=eval_every, ckpt_every=ckpt_every,
-        eval_groups=eval_groups, early_stop=early_stop, seed=seed, device=device,
-    )
     t0 = time.perf_counter()
-    run = run_training(cfg, out=out, resume=resume, progress=not json_out)
+    run = run_training(from_options(options), out=out, resume=resume, progress=not json_out)
     info = run.info
     summary = {"run": str(run.path), "status": info["status"], **info["summary"],
                "session_wall_s": time.perf_counter() - t0}
@@ -113,17 +103,14 @@ def _print_summary(s: dict) -> None:
 
 # --- analyses over a run's checkpoints -------------------------------------------------------
 
-RUN_HELP = "Run directory (default: the latest run under checkpoints/)."
-
 
 def _open_run(run: Optional[Path]):
-    from . import runs
+    from .runs import Run
 
-    runs.SHOW_PROGRESS = True
-    return runs.Run.open(run) if run is not None else runs.Run.latest()
+    return Run.open(run, progress=True) if run is not None else Run.latest(progress=True)
 
 
-def _steps(run, step, phase, every) -> list[tuple[str, int]]:
+def _steps(run, step, phase, every) -> list[tuple[str | None, int]]:
     """(label, step) pairs from the step options; with none: pre, mid, post and final."""
     chosen = [o for o in (step, phase, every) if o is not None]
     if len(chosen) > 1:
@@ -166,12 +153,12 @@ def ablate_head(
     head: Optional[int] = typer.Option(None, help="Head index (0-indexed)."),
     all_heads: bool = typer.Option(False, "--all-heads", help="Ablate every head in turn."),
     keep_only: bool = typer.Option(False, help="Ablate every head except this one (sufficiency)."),
-    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    run: RunOpt = None,
     mode: str = typer.Option("mean", help="zero | mean (dataset mean) | resample (another example's output)."),
-    step: Optional[int] = typer.Option(None, help="One checkpoint step."),
-    phase: Optional[str] = typer.Option(None, help="pre (τ/4) | mid (3τ/4) | post (1.5τ) | final."),
-    every: Optional[int] = typer.Option(None, help="Every n-th checkpoint."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON records."),
+    step: StepOpt = None,
+    phase: PhaseOpt = None,
+    every: EveryOpt = None,
+    json_out: JsonOpt = False,
 ):
     """Ablate attention heads (through blocks.L.attn.hook_z) and compare with the clean run."""
     from .interventions.ablation import METRICS, ablate_each_head, ablate_heads
@@ -214,11 +201,11 @@ ablate_app.command(epilog=ABLATE_EPILOG)(ablate_head)
 @app.command(epilog="Examples:\n\n  selector-lens attention --run checkpoints/k10\n\n"
              "  selector-lens attention --query target --every 4 --json")
 def attention(
-    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    run: RunOpt = None,
     query: str = typer.Option("a1", help="a1 (the a1-predicting position; stored) | target (all target positions)."),
-    step: Optional[int] = typer.Option(None),
-    every: Optional[int] = typer.Option(None),
-    json_out: bool = typer.Option(False, "--json"),
+    step: StepOpt = None,
+    every: EveryOpt = None,
+    json_out: JsonOpt = False,
 ):
     """Attention mass onto z per layer and head across checkpoints."""
     from .attention import attention_to_z
@@ -241,11 +228,11 @@ def attention(
 @app.command("logit-lens", epilog="Examples:\n\n  selector-lens logit-lens --run checkpoints/k10 --every 4\n\n"
              "  selector-lens logit-lens --phase post --json")
 def logit_lens_cmd(
-    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
-    step: Optional[int] = typer.Option(None),
-    phase: Optional[str] = typer.Option(None, help="pre | mid | post | final"),
-    every: Optional[int] = typer.Option(None, help="Every n-th checkpoint (default: all)."),
-    json_out: bool = typer.Option(False, "--json"),
+    run: RunOpt = None,
+    step: StepOpt = None,
+    phase: PhaseOpt = None,
+    every: EveryOpt = None,
+    json_out: JsonOpt = False,
 ):
     """The residual stream at the a1-predicting position through ln_final and the unembedding,
     after the embedding and every block: P(correct a1), top-1, entropy, candidate loss on a1."""
@@ -264,9 +251,9 @@ def logit_lens_cmd(
 @app.command("weights", epilog="Examples:\n\n  selector-lens weights --run checkpoints/k10\n\n"
              "  selector-lens weights --json")
 def weights_cmd(
-    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
-    every: Optional[int] = typer.Option(None, help="Every n-th checkpoint (default: all)."),
-    json_out: bool = typer.Option(False, "--json"),
+    run: RunOpt = None,
+    every: EveryOpt = None,
+    json_out: JsonOpt = False,
 ):
     """Total weight norm, displacement between consecutive checkpoints and the cosine between
     consecutive displacements (per weight matrix in --json)."""
@@ -283,10 +270,10 @@ def weights_cmd(
 
 @app.command(epilog="Examples:\n\n  selector-lens cascade --run checkpoints/k10\n\n  selector-lens cascade --json")
 def cascade(
-    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    run: RunOpt = None,
     dz_threshold: float = typer.Option(0.1, help="Δz onset: first eval with Δz above this (nats)."),
     mode: str = typer.Option("mean", help="Ablation mode used to find the routing head."),
-    json_out: bool = typer.Option(False, "--json"),
+    json_out: JsonOpt = False,
 ):
     """Find the routing head and time the cascade: its attention onset, Δz onset, τ."""
     from .routing import cascade as run_cascade
@@ -311,13 +298,13 @@ def cascade(
 @app.command(epilog="Examples:\n\n  selector-lens patch --run checkpoints/k10 --site resid_pre --step 2000\n\n"
              "  selector-lens patch --site z --every 5 --json")
 def patch(
-    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    run: RunOpt = None,
     site: str = typer.Option("resid_pre", help="resid_pre | resid_mid | resid_post | attn_out | mlp_out | z."),
-    step: Optional[int] = typer.Option(None),
-    phase: Optional[str] = typer.Option(None),
-    every: Optional[int] = typer.Option(None),
+    step: StepOpt = None,
+    phase: PhaseOpt = None,
+    every: EveryOpt = None,
     examples: int = typer.Option(200, help="Examples in the patching batch (seeded)."),
-    json_out: bool = typer.Option(False, "--json"),
+    json_out: JsonOpt = False,
 ):
     """Patch clean activations into a z-corrupted run: which layer and position carry z."""
     from .interventions.patching import patch_series
@@ -343,17 +330,17 @@ def patch(
 @app.command(epilog="Examples:\n\n  selector-lens landscape --run checkpoints/k10            # pre, mid, post and final\n\n"
              "  selector-lens landscape --run checkpoints/k10 --step 400 --sample 1024 --json")
 def landscape(
-    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
-    step: Optional[int] = typer.Option(None, help="One checkpoint step."),
-    phase: Optional[str] = typer.Option(None, help="pre (τ/4) | mid (3τ/4) | post (1.5τ) | final."),
-    every: Optional[int] = typer.Option(None, help="Every n-th checkpoint."),
+    run: RunOpt = None,
+    step: StepOpt = None,
+    phase: PhaseOpt = None,
+    every: EveryOpt = None,
     sample: int = typer.Option(512, help="Examples in the fixed, seeded subsample the loss is taken on."),
     power_iters: int = typer.Option(30, help="Power-iteration steps for λmax."),
     lanczos_iters: int = typer.Option(30, help="Lanczos steps (λmin, top eigenvectors)."),
     top_k: int = typer.Option(5, help="Top eigen-directions for the gradient-noise share."),
     noise_batches: int = typer.Option(8, help="Minibatches (of the run's batch size) for the noise share."),
     seed: int = typer.Option(0),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON records."),
+    json_out: JsonOpt = False,
 ):
     """Hessian λmax / λmin and the gradient-noise share along the top curvature directions."""
     from .landscape import landscape as measure
@@ -376,7 +363,7 @@ def landscape(
 @app.command(epilog="Examples:\n\n  selector-lens dashboard -o k10.html\n\n"
              "  selector-lens dashboard --run checkpoints/k10 -o k10.html --no-ablation --open")
 def dashboard(
-    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    run: RunOpt = None,
     sweep: Optional[Path] = typer.Option(None, help="A folder of runs: τ vs D and τ vs K instead."),
     output: Path = typer.Option(Path("dashboard.html"), "-o", "--output", help="HTML file to write."),
     ablation: bool = typer.Option(True, help="Ablate every head at pre/mid/post (the slowest part)."),
@@ -414,7 +401,7 @@ def sweep(
     workers: Optional[int] = typer.Option(None, help="Concurrent runs (default: one per core); batched: runs per batched model (default: all)."),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: a local Ray instance)."),
     parity: Optional[str] = typer.Option(None, help="ours | paper for every point (the spec's base `parity`)."),
-    json_out: bool = typer.Option(False, "--json"),
+    json_out: JsonOpt = False,
 ):
     """Train every point of a grid, one run directory each; resumable, failures recorded."""
     import time
@@ -441,7 +428,7 @@ def sweep(
 def fit(
     sweep_dir: Path = typer.Argument(..., help="A folder of runs (a sweep)."),
     threshold: float = typer.Option(0.5, help="τ: first eval with candidate loss < threshold x log K."),
-    json_out: bool = typer.Option(False, "--json"),
+    json_out: JsonOpt = False,
 ):
     """Fit the scaling laws over a sweep: τ vs D, τ vs K at fixed D, K beyond D."""
     from .runs import run_table
@@ -476,9 +463,9 @@ def reproduce(
                                         "(the paper's settings, ~6 h; see --plan) | tiny. Default cpu (with --from: "
                                         "the published one)."),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="The HTML report to write."),
-    root: Optional[Path] = typer.Option(None, help="Where the runs go (default checkpoints/reproduce/<scale>)."),
-    executor: str = typer.Option("local", help="local | ray | batched (see `sweep`)."),
-    workers: Optional[int] = typer.Option(None, help="Parallel runs (default: one per core)."),
+    root: RootOpt = None,
+    executor: ExecutorOpt = "local",
+    workers: WorkersOpt = None,
     plan: bool = typer.Option(False, "--plan", help="Train nothing: list every run with its budget and "
                               "expected steps, and the wall time here from a step and an eval measured now."),
     from_: Optional[Path] = typer.Option(None, "--from", help="Rebuild the report from a published folder "
@@ -488,7 +475,7 @@ def reproduce(
     only: Optional[str] = typer.Option(None, help="Comma-separated studies to measure (marginal_first, scaling, "
                                        "collective, noise, geometry, asymmetry, cascade, parity); the rest are "
                                        "reported as not measured."),
-    json_out: bool = typer.Option(False, "--json", help="Print the claims (or the plan) as JSON."),
+    json_out: JsonOpt = False,
 ):
     """Run (or reuse) every study and write one report: each claim, the paper's number, ours, a verdict."""
     from .presets import SCALES
@@ -521,12 +508,35 @@ def reproduce(
            ["#", "claim", "verdict"], [[c["number"], c["title"], c["verdict"]] for c in summary["claims"]])
 
 
+@app.command(epilog="Examples:\n\n  selector-lens study scaling --scale cpu --workers 2\n\n"
+             "  python analyses/noise.py --scale paper    # the same command")
+def study(
+    name: str = typer.Argument(..., help="marginal_first | scaling | collective | noise | geometry | asymmetry | "
+                               "cascade"),
+    scale: str = typer.Option("cpu", help="cpu | paper | tiny (see `reproduce`)."),
+    root: RootOpt = None,
+    executor: ExecutorOpt = "local",
+    workers: WorkersOpt = None,
+):
+    """Run one study (what each analyses/ script runs): its runs into ROOT/runs/ (shared with
+    `reproduce`), its JSON and HTML into ROOT/<study>/, its claims printed."""
+    from .presets import SCALES
+    from .studies import run_study
+    from .sweep import EXECUTORS
+
+    if scale not in SCALES:
+        raise SelectorLensError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
+    if executor not in EXECUTORS:
+        raise SelectorLensError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    run_study(name, scale, root, executor, workers)
+
+
 @app.command("import", epilog="Examples:\n\n  selector-lens import outputs/dense_k10 --out checkpoints/paper-k10\n\n"
              "  ablate-head --run checkpoints/paper-k10 --all-heads --step 3700")
 def import_cmd(
     folder: Path = typer.Argument(..., help="A synass-lens output folder (config.yaml, checkpoints/step_NNNNNN/model.pt)."),
     out: Path = typer.Option(..., help="The run directory to create."),
-    json_out: bool = typer.Option(False, "--json"),
+    json_out: JsonOpt = False,
 ):
     """Import a run of the paper's own code: its weights, its dataset (parity "paper"), our metrics."""
     import time
@@ -547,7 +557,7 @@ def publish(
     root: Path = typer.Option(..., help="A study root (`reproduce --root`; holds runs/)."),
     out: Path = typer.Option(..., help="The published folder (kept under 25 MB; no checkpoints)."),
     scale: Optional[str] = typer.Option(None, help="The root's scale (default: from its report.json, else paper)."),
-    json_out: bool = typer.Option(False, "--json"),
+    json_out: JsonOpt = False,
 ):
     """Copy the finished runs' logs and stored analyses, then rebuild the report from them alone."""
     from .publish import publish as run_publish
@@ -565,12 +575,12 @@ def publish(
 @app.command(epilog="Examples:\n\n  selector-lens prune --run checkpoints/k10            # what would go\n\n"
              "  selector-lens prune --run checkpoints/k10 --thin-every 8 --yes")
 def prune(
-    run: Optional[Path] = typer.Option(None, help=RUN_HELP),
+    run: RunOpt = None,
     window_start: float = typer.Option(0.25, help="Dense window start, in units of τ."),
     window_end: float = typer.Option(2.0, help="Dense window end, in units of τ."),
     thin_every: int = typer.Option(4, help="Outside the window keep every n-th checkpoint."),
     yes: bool = typer.Option(False, "--yes", help="Delete (without it: only show what would go)."),
-    json_out: bool = typer.Option(False, "--json"),
+    json_out: JsonOpt = False,
 ):
     """Thin a run's checkpoints, keeping every one in the dense window around τ."""
     r = _open_run(run)
@@ -588,14 +598,15 @@ def ablate_head_main() -> None:
     _run_guarded(ablate_app)
 
 
-def main() -> None:
-    """Console-script entry: bad input becomes one line on stderr and exit code 2."""
-    _run_guarded(app)
+def main(args: list[str] | None = None) -> None:
+    """Console-script entry (and the analyses/ scripts'): bad input becomes one line on stderr
+    and exit code 2."""
+    _run_guarded(app, args)
 
 
-def _run_guarded(typer_app) -> None:
+def _run_guarded(typer_app, args: list[str] | None = None) -> None:
     try:
-        typer_app()
+        typer_app(args)
     except SelectorLensError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

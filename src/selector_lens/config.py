@@ -5,10 +5,10 @@ Pure dataclasses, no torch: the CLI imports this module to build its options and
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from .errors import SelectorLensError
-from .task import D_VOCAB, SelectorTask
+from .task import D_VOCAB, SelectorTask, _opt
 
 
 # What fused.forward reproduces (training and evaluation run through it; see fused.py).
@@ -23,19 +23,21 @@ class ModelConfig:
     `n_ctx=None` takes the task's sequence length, but at least 16 (32 with parity "paper").
     """
 
-    n_layers: int = 4
-    n_heads: int = 4
-    d_model: int = 128
-    d_head: int = 32
-    d_mlp: int = 512
-    act_fn: str = "gelu"
-    normalization_type: str = "LN"
-    n_ctx: int | None = None
+    n_layers: int = _opt(4, "Transformer blocks.")
+    n_heads: int = _opt(4, "Attention heads per block.")
+    d_model: int = _opt(128, "Residual stream width.")
+    d_head: int = _opt(32, "Width of one head.")
+    d_mlp: int = _opt(512, "MLP hidden width.")
+    act_fn: str = _opt("gelu", "MLP activation.", ACT_FNS)
+    normalization_type: str | None = _opt("LN", "LN (pre-LN) or none.", ("LN", "none"))
+    n_ctx: int | None = _opt(None, "Context length (default: the task's length, at least 16).")
 
     def __post_init__(self):
         for name in ("n_layers", "n_heads", "d_model", "d_head", "d_mlp"):
             if getattr(self, name) < 1:
                 raise SelectorLensError(f"model {name} must be >= 1, got {getattr(self, name)}")
+        if self.normalization_type in ("none", "None"):  # how the CLI and YAML say None
+            object.__setattr__(self, "normalization_type", None)
         if self.act_fn not in ACT_FNS:
             raise SelectorLensError(f"unknown act_fn {self.act_fn!r}; choose one of {', '.join(ACT_FNS)}")
         if self.normalization_type not in NORMS:
@@ -86,23 +88,24 @@ class TrainConfig:
 
     task: SelectorTask = field(default_factory=SelectorTask)
     model: ModelConfig = field(default_factory=ModelConfig)
-    steps: int = 6000
-    batch_size: int = 128
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.999
-    grad_clip: float = 1.0  # 0 turns clipping off
-    schedule: str = "constant"
-    warmup_steps: int = 0
-    eval_every: int = 50
-    ckpt_every: int = 50
-    eval_groups: str = "auto"  # 'auto' (all groups up to 100, else a seeded 100), 'all', or a count
-    early_stop: bool = True
-    early_stop_frac: float = 0.05
-    early_stop_evals: int = 10
-    seed: int = 42
-    device: str = "cpu"
+    steps: int = _opt(6000, "Maximum optimizer steps.")
+    batch_size: int = _opt(128, "Examples per step.")
+    lr: float = _opt(1e-3, "AdamW learning rate.")
+    weight_decay: float = _opt(0.01, "AdamW weight decay.")
+    beta1: float = _opt(0.9, "AdamW beta1.")
+    beta2: float = _opt(0.999, "AdamW beta2.")
+    grad_clip: float = _opt(1.0, "Max gradient norm; 0 turns clipping off.")
+    schedule: str = _opt("constant", "Learning-rate schedule after warmup.", SCHEDULES)
+    warmup_steps: int = _opt(0, "Steps of linear warmup.")
+    eval_every: int = _opt(50, "Steps between evaluations.")
+    ckpt_every: int = _opt(50, "Steps between weight checkpoints.")
+    eval_groups: str = _opt("auto", "Groups evaluated: auto (all up to 100, else a seeded 100), all, or a count.")
+    early_stop: bool = _opt(True, "Stop once the candidate loss stays below early_stop_frac x log K "
+                            "for early_stop_evals evals.")
+    early_stop_frac: float = _opt(0.05, "Early-stop line, in units of log K (reverse directions: nats).")
+    early_stop_evals: int = _opt(10, "Evals in a row below the early-stop line.")
+    seed: int = _opt(42, "Seed of the model init and the data order (and of the dataset, unless data_seed).")
+    device: str = _opt("cpu", "Where to train.", DEVICES)
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every", "ckpt_every", "early_stop_evals"):
@@ -119,6 +122,8 @@ class TrainConfig:
                                     "constant and warmup_steps 0")
         if self.device not in DEVICES:
             raise SelectorLensError(f"unknown device {self.device!r}; choose one of {', '.join(DEVICES)}")
+        if self.model.n_ctx is not None and self.model.n_ctx < self.task.seq_len:
+            raise SelectorLensError(f"n_ctx={self.model.n_ctx} is shorter than the task's {self.task.seq_len} tokens")
         if not isinstance(self.eval_groups, str):
             object.__setattr__(self, "eval_groups", str(self.eval_groups))
         if self.eval_groups not in ("auto", "all") and not (
@@ -160,4 +165,73 @@ def _flat(d: dict, prefix: str = "") -> dict:
             out.update(_flat(v, f"{prefix}{k}."))
         else:
             out[prefix + k] = v
+    return out
+
+
+@dataclass(frozen=True)
+class Option:
+    """One flat option name (the CLI's `--n-bases`, a sweep's `n_bases`) and the config field it sets."""
+
+    section: str  # "task", "model" or "train"
+    field: str
+    type: object  # a type, or a union with None
+    default: object
+    help: str
+    choices: tuple
+
+
+def _options() -> dict[str, Option]:
+    import typing
+
+    out = {}
+    for section, cls in (("task", SelectorTask), ("model", ModelConfig), ("train", TrainConfig)):
+        hints = typing.get_type_hints(cls)
+        for f in fields(cls):
+            if f.name in ("task", "model"):
+                continue
+            name = "data_seed" if (section, f.name) == ("task", "seed") else f.name
+            choices = tuple(c for c in f.metadata.get("choices", ()) if c is not None)
+            help = f.metadata["help"] + (f" One of {', '.join(choices)}." if choices else "")
+            default = None if name == "data_seed" else f.default
+            out[name] = Option(section, f.name, hints[f.name], default, help, choices)
+    out["data_seed"] = replace(out["data_seed"], type=int | None,
+                               help="Seed of the sampled strings (default: --seed).")
+    return out
+
+
+# Every config field under one flat name: `seed` seeds the model, the data order and (unless
+# `data_seed` is given) the dataset; the CLI and sweeps both read this table.
+OPTIONS = _options()
+
+
+def from_options(options: dict) -> TrainConfig:
+    """A TrainConfig from flat option names (OPTIONS, plus `D`, which sets n_bases = round(D / k):
+    the run's exact D is n_bases x k). Options set to None take their default."""
+    options = coerce({k: v for k, v in options.items() if v is not None})
+    if "D" in options:
+        d, k = options.pop("D"), options.get("k", SelectorTask.k)
+        if "n_bases" in options:
+            raise SelectorLensError("give D or n_bases, not both")
+        options["n_bases"] = max(1, round(d / k))
+    unknown = set(options) - set(OPTIONS)
+    if unknown:
+        raise SelectorLensError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    parts: dict = {"task": {}, "model": {}, "train": {}}
+    for name, value in options.items():
+        o = OPTIONS[name]
+        parts[o.section][o.field] = value
+    parts["task"].setdefault("seed", parts["train"].get("seed", TrainConfig.seed))
+    return TrainConfig(task=SelectorTask(**parts["task"]), model=ModelConfig(**parts["model"]), **parts["train"])
+
+
+def coerce(options: dict) -> dict:
+    """Values as their fields' types (YAML and --grid read 3e-3 as a string)."""
+    out = dict(options)
+    for name, value in out.items():
+        kind = OPTIONS[name].type if name in OPTIONS else float if name == "D" else None
+        if isinstance(value, str) and kind in (int, float, int | None):
+            try:
+                out[name] = float(value) if kind is float else int(value)
+            except ValueError:
+                raise SelectorLensError(f"option {name} needs a number, got {value!r}") from None
     return out

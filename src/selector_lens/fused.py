@@ -21,8 +21,16 @@ import re
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
+from jaxtyping import Float, Int
+from torch import Tensor
 
 from .errors import SelectorLensError
+
+# One layer's keys and values of earlier positions; each of `rows` serves `past_repeat` new rows.
+KV = tuple[Float[Tensor, "rows head past d_head"], Float[Tensor, "rows head past d_head"]]
+NewKV = tuple[Float[Tensor, "new_rows head pos d_head"], Float[Tensor, "new_rows head pos d_head"]]  # the new positions'
+Logits = Float[Tensor, "*models batch out_pos vocab"]
 
 ACTS = {
     "gelu": F.gelu,
@@ -86,15 +94,22 @@ def _norm(x: torch.Tensor, w, b, eps: float) -> torch.Tensor:
     return F.layer_norm(x, x.shape[-1:], eps=eps) * w.view(shape) + b.view(shape)
 
 
-def forward(models, tokens: torch.Tensor, past=None, past_repeat: int = 1, fwd_hooks=(), positions=None,
-            keep_kv: bool = False):
-    """Logits of `models` (one HookedTransformer or a list of same-shape ones) on `tokens`.
+def forward(
+    models,
+    tokens: Int[Tensor, "*models batch pos"],
+    past: list[KV] | None = None,
+    past_repeat: int = 1,
+    fwd_hooks=(),
+    positions: slice | None = None,
+    keep_kv: bool = False,
+) -> Logits | tuple[Logits, list[NewKV]]:
+    """Logits of `models` (one HookedTransformer, or a list of same-shape ones) on `tokens`.
 
-    tokens: [batch, pos] for one model, [models, batch, pos] for a list. `past`: keys and values
-    of earlier positions (per layer, [rows, head, pos, d_head], one model); the new tokens follow
-    them, and each past row serves `past_repeat` consecutive rows (K candidates share their
-    prefix without copying it). `positions`: a slice of positions to unembed (default all).
-    Returns logits, or (logits, kv) with `keep_kv`: the keys and values of the new positions.
+    tokens: no leading axis for one model, a `models` axis for a list. `past`: per layer, the
+    keys and values of earlier positions (one model only); the new tokens follow them, and each
+    past row serves `past_repeat` consecutive rows (K candidates share their prefix without
+    copying it). `positions`: the positions to unembed (`out_pos`; default all). With `keep_kv`,
+    also the keys and values of the new positions, per layer ([models x batch] rows).
     """
     single = not isinstance(models, (list, tuple))
     models = [models] if single else list(models)
@@ -131,10 +146,11 @@ def forward(models, tokens: torch.Tensor, past=None, past_repeat: int = 1, fwd_h
         w1 = _stack(blk, lambda b: b.ln1.w) if ln else None
         b1 = _stack(blk, lambda b: b.ln1.b) if ln else None
         h = _norm(x, w1, b1, cfg.eps)
-        W_qkv = _stack(a, lambda t: torch.cat([t.W_Q, t.W_K, t.W_V]).permute(1, 0, 2).reshape(d, 3 * H * dh))
-        b_qkv = _stack(a, lambda t: torch.cat([t.b_Q, t.b_K, t.b_V]).reshape(3 * H * dh))
+        # Q, K and V of every head as one [d_model, 3 * H * d_head] matrix: one GEMM per layer.
+        W_qkv = _stack(a, lambda t: rearrange(torch.stack([t.W_Q, t.W_K, t.W_V]), "qkv h d e -> d (qkv h e)"))
+        b_qkv = _stack(a, lambda t: rearrange(torch.stack([t.b_Q, t.b_K, t.b_V]), "qkv h e -> (qkv h e)"))
         qkv = _linear(h, W_qkv, b_qkv).view(M * B, P, 3, H, dh)
-        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # [M*B, H, P, dh]
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # each [rows, head, pos, d_head]
         if keep_kv:
             kv.append((k, v))
         z = _attention(q, k, v, None if past is None else past[layer], past_repeat, hooks.get((layer, "pattern")), layer)

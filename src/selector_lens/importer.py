@@ -12,7 +12,6 @@ loss, Δz, attention to z: the code logs none of them). The code's own history i
 
 from __future__ import annotations
 
-import datetime
 import json
 import re
 import time
@@ -100,12 +99,12 @@ def read_paper_weights(path: Path) -> dict:
 
 def import_run(folder, out, progress: bool = False):
     """Turn a synass-lens output folder into a selector-lens run directory at `out`."""
-    import torch
     import yaml
 
     from .metrics import evaluate
     from .model import build_model, config_hash, save_weights
-    from .runs import Run, write_json
+    from . import rundir
+    from .runs import Run
     from .trainer import BatchOrder, lr_at
     from .transition import summarize
 
@@ -132,17 +131,12 @@ def import_run(folder, out, progress: bool = False):
             bad = next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b) if len(theirs) == len(ours) else None
             raise SelectorLensError(f"{examples} differs from the dataset regenerated from config.yaml"
                                     + (f" (first at example {bad})" if bad is not None else " (length)"))
+    rundir.create(out, cfg.to_dict(), __version__, data.to_json(), imported_from=str(folder.resolve()))
     run = Run(out)
-    run.ckpt_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out / "data.json", data.to_json())
     model = build_model(cfg.model, cfg.task, cfg.seed)
     chash = config_hash(cfg.task, cfg.model)
-    info = {"config": cfg.to_dict(), "version": __version__, "seed": cfg.seed, "status": "running",
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "imported_from": str(folder.resolve())}
-    write_json(out / "run.json", info)
     es = run.eval_set()
-    info["eval_groups"] = es.groups.tolist()
+    rundir.update(out, eval_groups=es.groups.tolist())
     history = {}
     if (folder / "training_history.json").is_file():
         (out / "imported").mkdir(exist_ok=True)
@@ -170,8 +164,6 @@ def import_run(folder, out, progress: bool = False):
         if step in history:
             row["paper_train_loss"] = history[step]
         rows.append(row)
-    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    info.update({"status": "finished", "summary": {**summarize(rows, cfg.task.log_k),
-                                                   "wall_time_s": time.perf_counter() - t0}})
-    write_json(out / "run.json", info)
+    (out / rundir.METRICS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rundir.finish(out, False, {**summarize(rows, cfg.task.log_k), "wall_time_s": time.perf_counter() - t0})
     return run

@@ -10,12 +10,16 @@ first-target loss, attention to z) falls out of those passes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Protocol, TypedDict, runtime_checkable
 
 import numpy as np
 import torch
+from jaxtyping import Int
+from torch import Tensor
 
 from .errors import SelectorLensError
-from .task import SelectorTask, TaskData
+from .task import SelectorTask
+from .task_data import TaskData
 
 # 100 groups (1,000 examples at K=10): exact scoring of all K candidates costs ~0.15 of the
 # FLOPs of the 50 training steps between evals; 200 groups would cost 0.30 (benchmarks/).
@@ -27,12 +31,48 @@ class EvalSet:
     """Fixed, seeded evaluation examples: whole groups (a base with all its K examples)."""
 
     task: SelectorTask
-    groups: torch.Tensor  # [G] base indices, sorted
-    tokens: torch.Tensor  # [N, seq] clean sequences, group-major
-    deranged: torch.Tensor | None  # [N, source_length] prefixes with z deranged, or None
-    candidates: torch.Tensor  # [N, C, target_length + 1] the example's candidate targets + EOS
-    correct: torch.Tensor  # [N] index of the true target among the candidates
-    group_pos: torch.Tensor  # [N] index into `groups`
+    groups: Int[Tensor, " groups"]  # base indices, sorted
+    tokens: Int[Tensor, "n seq"]  # clean sequences, group-major
+    deranged: Int[Tensor, "n source"] | None  # prefixes with z deranged (None: no z, or K = 1)
+    candidates: Int[Tensor, "n cands target_eos"]  # the example's candidate targets + EOS
+    correct: Int[Tensor, " n"]  # index of the true target among the candidates
+    group_pos: Int[Tensor, " n"]  # index into `groups`
+
+
+class EvalRow(TypedDict):
+    """What `evaluate` returns: one evaluation (docs/science.md section 3); None where undefined."""
+
+    loss: float
+    first_target_loss: float
+    token_acc: float
+    candidate_loss: float | None
+    candidate_acc: float | None
+    dz: float | None  # the z-deranged first-target loss minus the clean one
+    attn_to_z: list[list[float]] | None  # [layer][head]
+    group_correct: list[int] | None
+
+
+class MetricsRow(EvalRow):
+    """One line of a run's metrics.jsonl: an evaluation and when it was taken."""
+
+    step: int
+    examples_seen: int
+    lr: float
+    wall_s: float
+
+
+@runtime_checkable
+class Intervention(Protocol):
+    """What `evaluate` calls on an intervention (e.g. `HeadAblation`)."""
+
+    @property
+    def per_example(self) -> bool:
+        """False when it acts alike on every example of a group before z (the group's shared
+        prefix may then run once per group)."""
+
+    def hooks(self, examples: Int[Tensor, " rows"], offset: int) -> list[tuple[str, Callable]]:
+        """TransformerLens hooks for a forward pass whose rows are these eval examples and whose
+        first position is `offset`."""
 
 
 def resolve_eval_groups(spec, n_bases: int) -> int:
@@ -92,17 +132,15 @@ def make_eval_set(data: TaskData, eval_groups="auto", seed: int = 0, groups=None
 
 
 @torch.inference_mode()
-def evaluate(model, es: EvalSet, max_rows: int = 16384, intervention=None) -> dict:
+def evaluate(model, es: EvalSet, max_rows: int = 16384, intervention: Intervention | None = None) -> EvalRow:
     """All per-eval metrics of docs/science.md section 3 on `es`; undefined ones are None.
 
     Three cached passes per chunk of whole groups (through `fused.forward`, equal to the
     HookedTransformer): the positions before z, once per group (its K examples share them);
     the rest of each example's clean and z-deranged prefix; then every candidate's target tokens
     on its example's clean prefix. `max_rows` bounds the candidate tokens per chunk.
-    `intervention` (e.g. a head ablation) has `hooks(examples, offset) -> fwd_hooks`: the
-    TransformerLens hooks for a forward pass whose rows are those eval examples and whose first
-    position is `offset`; the first pass runs per example unless it says `per_example = False`
-    (it acts alike on every example of a group before z).
+    `intervention` (an `Intervention`, e.g. a head ablation) supplies TransformerLens hooks for
+    each pass; the first pass runs per group only if it says `per_example` is False.
     """
     from . import fused
 
@@ -115,7 +153,7 @@ def evaluate(model, es: EvalSet, max_rows: int = 16384, intervention=None) -> di
     split = min(zpos) if es.deranged is not None else S - 1  # positions before it: shared by the group
     r = 2 if es.deranged is not None else 1  # prefix rows per example: clean (and deranged), interleaved
     shared = K > 1 and bool((es.tokens[:, :split].view(-1, K, split) == es.tokens[::K, None, :split]).all())
-    if intervention is not None and getattr(intervention, "per_example", True):
+    if intervention is not None and intervention.per_example:
         shared = False
     per_group = K if shared else 1
     chunk = K * max(1, max_rows // (K * C * T))  # whole groups
@@ -182,7 +220,7 @@ def evaluate(model, es: EvalSet, max_rows: int = 16384, intervention=None) -> di
             tot["cand_ok"] += ok.sum().item()
             group_correct.index_add_(0, es.group_pos[lo:hi], ok.long())
 
-    out = {
+    out: EvalRow = {
         "loss": tot["loss"] / (N * (T + 1)),
         "first_target_loss": tot["first"] / N,
         "token_acc": tot["tok_ok"] / (N * (T + 1)),

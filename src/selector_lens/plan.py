@@ -9,7 +9,6 @@ our K = 10 baseline): an estimate for planning, never a result. Nothing is train
 
 from __future__ import annotations
 
-import math
 import os
 import time
 
@@ -35,14 +34,14 @@ def _measure(jobs: dict, threads: int) -> dict:
     from .landscape import Curvature, target_loss
     from .metrics import evaluate, make_eval_set
     from .model import build_model
-    from .sweep import make_config
+    from .config import from_options
     from .trainer import train_step
 
     torch.set_num_threads(threads)
     out = {"step": {}, "eval": {}}
     model_opts = jobs["model"]
     for bs in jobs["batch_sizes"]:
-        cfg = make_config({**model_opts, "k": 10, "n_bases": 100, "batch_size": bs})
+        cfg = from_options({**model_opts, "k": 10, "n_bases": 100, "batch_size": bs})
         data = cfg.task.generate()
         model = build_model(cfg.model, cfg.task, 0)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -55,7 +54,7 @@ def _measure(jobs: dict, threads: int) -> dict:
             times.append(time.perf_counter() - t)
         out["step"][bs] = sorted(times[2:])[len(times[2:]) // 2]
     for k, groups in jobs["evals"]:
-        cfg = make_config({**model_opts, "k": k, "n_bases": groups})
+        cfg = from_options({**model_opts, "k": k, "n_bases": groups})
         data = cfg.task.generate()
         model = build_model(cfg.model, cfg.task, 0).eval()
         es = make_eval_set(data, str(groups))
@@ -64,7 +63,7 @@ def _measure(jobs: dict, threads: int) -> dict:
         evaluate(model, es)
         out["eval"][(k, groups)] = time.perf_counter() - t
     if jobs.get("hvp_sample"):
-        cfg = make_config({**model_opts, "k": 10, "n_bases": 100})
+        cfg = from_options({**model_opts, "k": 10, "n_bases": 100})
         data = cfg.task.generate()
         model = build_model(cfg.model, cfg.task, 0)
         x = data.tokens[torch.randint(len(data.tokens), (jobs["hvp_sample"],))]

@@ -1,6 +1,6 @@
 """What each study of the paper's claims trains, per scale: one pool of runs, shared by name.
 
-Every study lists its runs as flat options (the names `sweep.make_config` takes). A run two
+Every study lists its runs as flat options (the names `config.from_options` takes). A run two
 studies need (the K = 10, n_bases = 1000, seed-42 baseline is the seeds study's first seed, a
 point of τ vs D, of τ vs K at D = 10,000 and the forward run of the asymmetry study) is one run
 directory, trained once, under `<root>/runs/<name>`. Pure Python (no torch): `reproduce --plan`
@@ -164,7 +164,7 @@ ALWAYS = ("k", "n_bases", "seed")
 
 
 def canonical(options: dict) -> dict:
-    """D -> n_bases = round(D / K) (as `make_config` does), and options equal to their default
+    """D -> n_bases = round(D / K) (as `from_options` does), and options equal to their default
     dropped (K, n_bases and seed kept), so equal runs have equal options and one name."""
     options = dict(options)
     if "D" in options:

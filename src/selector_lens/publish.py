@@ -15,6 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
+from . import rundir
 from .errors import SelectorLensError
 from .files import atomic_write
 from .runs import Run
@@ -26,9 +27,9 @@ LIMIT_MB = 25
 def publish_run(run: Run, dest: Path) -> None:
     """One finished run's published form in `dest` (replacing what was there)."""
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(run.path / "run.json", dest / "run.json")
-    raw = (run.path / "metrics.jsonl").read_bytes()
-    atomic_write(dest / "metrics.jsonl.gz", lambda tmp: tmp.write_bytes(gzip.compress(raw, mtime=0)))
+    shutil.copyfile(run.path / rundir.RUN_JSON, dest / rundir.RUN_JSON)
+    raw = (run.path / rundir.METRICS).read_bytes()
+    atomic_write(dest / rundir.METRICS_PACKED, lambda tmp: tmp.write_bytes(gzip.compress(raw, mtime=0)))
     manifest = {str(s): checkpoint_checksum(run.ckpt_path(s)) for s in run.steps}
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=0))
     if (run.path / STORE_DIR).is_dir():
@@ -63,11 +64,10 @@ def publish(root, dest, scale: str | None = None, output=None) -> dict:
         raise SelectorLensError(f"{root} holds no runs (no runs/ folder); run `selector-lens reproduce` first")
     done, pending = [], []
     for path in sorted((root / "runs").iterdir()):
-        if not (path / "run.json").is_file():
+        if not rundir.is_run(path):
             continue
-        run = Run.open(path)
-        if run.status in ("finished", "early_stopped"):
-            publish_run(run, dest / "runs" / path.name)
+        if rundir.is_done(path):
+            publish_run(Run.open(path), dest / "runs" / path.name)
             done.append(path.name)
         else:
             pending.append(path.name)

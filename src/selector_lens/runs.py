@@ -11,82 +11,75 @@ import re
 from functools import cached_property
 from pathlib import Path
 
+from . import rundir
 from .config import TrainConfig
 from .errors import SelectorLensError
-from .files import atomic_write
+from .files import read_json
 
 CKPT_RE = re.compile(r"step_(\d{6,})\.safetensors$")
-
-
-def write_json(path: Path, obj) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1)))
-
-
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SelectorLensError(f"missing file: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SelectorLensError(f"corrupt file: {path} ({e})") from None
 
 
 class Run:
     """One training run's directory; everything downstream reads runs through this."""
 
-    def __init__(self, path):
+    def __init__(self, path, progress: bool = False):
         self.path = Path(path)
+        self.progress = progress  # a progress bar (on stderr) over checkpoints: the CLI's choice
 
     @classmethod
-    def open(cls, path) -> "Run":
-        run = cls(path)
-        if not (run.path / "run.json").is_file():
+    def open(cls, path, progress: bool = False) -> "Run":
+        run = cls(path, progress)
+        if not rundir.is_run(run.path):
             raise SelectorLensError(f"not a run directory (no run.json): {run.path}")
         run.info  # validates run.json now
         return run
 
     @classmethod
-    def latest(cls, root="checkpoints") -> "Run":
+    def latest(cls, root="checkpoints", progress: bool = False) -> "Run":
         """The most recently created run under `root` (what the CLI uses without --run)."""
-        found = sorted(Path(root).glob("**/run.json"), key=lambda p: p.stat().st_mtime)
+        found = sorted(Path(root).glob(f"**/{rundir.RUN_JSON}"), key=lambda p: p.stat().st_mtime)
         if not found:
             raise SelectorLensError(f"no run found under {root}/ (train one with `selector-lens train`)")
-        return cls.open(found[-1].parent)
+        return cls.open(found[-1].parent, progress)
 
     # --- files -----------------------------------------------------------------------------
     @property
     def ckpt_dir(self) -> Path:
-        return self.path / "ckpt"
+        return self.path / rundir.CKPT_DIR
 
     def ckpt_path(self, step: int) -> Path:
         return self.ckpt_dir / f"step_{step:06d}.safetensors"
 
     @property
     def state_path(self) -> Path:
-        return self.ckpt_dir / "last.pt"
+        return self.ckpt_dir / rundir.STATE
 
     # --- contents --------------------------------------------------------------------------
     @property
     def info(self) -> dict:
         """run.json: config, status, version, created, eval groups, summary (read fresh)."""
-        return read_json(self.path / "run.json")
+        return read_json(self.path / rundir.RUN_JSON)
 
     @cached_property
     def config(self) -> TrainConfig:
         try:
             return TrainConfig.from_dict(self.info["config"])
         except (KeyError, TypeError) as e:
-            raise SelectorLensError(f"corrupt file: {self.path / 'run.json'} (bad config: {e})") from None
+            raise SelectorLensError(f"corrupt file: {self.path / rundir.RUN_JSON} (bad config: {e})") from None
 
     @property
     def status(self) -> str:
         return self.info.get("status", "unknown")
 
+    @property
+    def is_done(self) -> bool:
+        return self.status in rundir.DONE
+
     def metric_rows(self) -> list[dict]:
         """Parsed lines of metrics.jsonl; a torn last line (killed mid-write) is skipped."""
-        path = self.path / "metrics.jsonl"
+        path = self.path / rundir.METRICS
         if not path.is_file():
-            packed = path.with_name("metrics.jsonl.gz")  # a published run
+            packed = self.path / rundir.METRICS_PACKED  # a published run
             if not packed.is_file():
                 return []
             import gzip
@@ -125,11 +118,11 @@ class Run:
     def task_data(self):
         """The exact dataset from data.json; a published run (which leaves it out) regenerates it
         from its config, which is deterministic."""
-        from .task import TaskData
+        from .task_data import TaskData
 
-        if not (self.path / "data.json").is_file() and (self.path / "metrics.jsonl.gz").is_file():
+        if not (self.path / rundir.DATA_JSON).is_file() and (self.path / rundir.METRICS_PACKED).is_file():
             return self.config.task.generate()
-        return TaskData.from_strings(self.config.task, **read_json(self.path / "data.json"))
+        return TaskData.from_strings(self.config.task, **read_json(self.path / rundir.DATA_JSON))
 
     @property
     def config_hash(self) -> str:
@@ -242,7 +235,7 @@ class Run:
                 "freed_mb": len(drop) * size / 1e6, "dry_run": dry_run}
 
     def series(self, steps=None) -> "CheckpointSeries":
-        return CheckpointSeries(self, self.steps if steps is None else steps)
+        return CheckpointSeries(self, self.steps if steps is None else steps, self.progress)
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
@@ -260,19 +253,18 @@ def run_table(root, threshold: float = 0.5):
 
     rows = []
     paths = ([Path(p) for p in root] if isinstance(root, (list, tuple))
-             else [p.parent for p in sorted(Path(root).glob("**/run.json"))])
+             else [p.parent for p in sorted(Path(root).glob(f"**/{rundir.RUN_JSON}"))])
     for path in paths:
         run = Run.open(path)
         cfg, t = run.config, run.config.task
         evals = run.metric_rows()
         s = summarize(evals, t.log_k, threshold)
         seen = {r["step"]: r["examples_seen"] for r in evals}
-        err = run.path / "error.json"
         rows.append({"run": str(run.path), "k": t.k, "n_bases": t.n_bases, "D": t.n_examples,
                      "direction": t.direction, "z_length": t.z_length, "lr": cfg.lr,
                      "batch_size": cfg.batch_size, "seed": cfg.seed, "status": run.status,
                      "tau": s["tau"], "tau_examples": seen.get(s["tau"]), "plateau_over_log_k": s["plateau_over_log_k"], "final_step": s["final_step"],
-                     "error": read_json(err)["error"] if err.is_file() else None})
+                     "error": rundir.read_error(run.path)})
     if not rows:
         raise SelectorLensError(f"no run found under {root}/" if not isinstance(root, (list, tuple)) else "no runs given")
     return pd.DataFrame(rows)
@@ -281,8 +273,8 @@ def run_table(root, threshold: float = 0.5):
 class CheckpointSeries:
     """A run's checkpoints as (step, model), loaded lazily and in place into one model."""
 
-    def __init__(self, run: Run, steps):
-        self.run, self.steps = run, list(steps)
+    def __init__(self, run: Run, steps, progress: bool = False):
+        self.run, self.steps, self.progress = run, list(steps), progress
         self._model = None
 
     def __len__(self) -> int:
@@ -300,13 +292,10 @@ class CheckpointSeries:
 
     def __iter__(self):
         steps = self.steps
-        if SHOW_PROGRESS and len(steps) > 1:
+        if self.progress and len(steps) > 1:
             from rich.console import Console
             from rich.progress import track
 
             steps = track(steps, description="checkpoints", console=Console(stderr=True), transient=True)
         for step in steps:
             yield step, self.run.model_at(step, self.model)
-
-
-SHOW_PROGRESS = False  # the CLI turns this on: a progress bar (on stderr) over checkpoints

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import rundir, verdicts
 from .errors import SelectorLensError
 from .presets import GEOMETRY, PRESETS, pool, study_runs
 from .runs import Run, run_table
@@ -85,7 +86,7 @@ class Setup:
         if not self.train:
             return []
         jobs = [(o, str(self.root / "runs" / n)) for n, o in pool(self.scale).items()
-                if (names is None or n in names) and not _finished(self.root / "runs" / n)]
+                if (names is None or n in names) and not rundir.is_done(self.root / "runs" / n)]
         return run_jobs(jobs, self.executor, self.workers, progress=True) if jobs else []
 
     def runs(self, part: str) -> list[Run]:
@@ -93,20 +94,16 @@ class Setup:
         names = list(study_runs(self.scale)[part])
         self.train_all(names)
         paths = [self.root / "runs" / n for n in names]
-        return [Run.open(p) for p in paths if _finished(p)]
+        return [Run.open(p) for p in paths if rundir.is_done(p)]
 
     def dir(self, name: str) -> Path | None:
         return None if self.out is None else self.out / name
 
 
-def _finished(path: Path) -> bool:
-    return (path / "run.json").is_file() and Run.open(path).status in ("finished", "early_stopped")
-
-
 def geometry_runs(setup: Setup, seeds: list[Run]) -> list[Run]:
     """The Hessian's runs: the seeds study's first, then `GEOMETRY[scale]["also"]` (when finished)."""
     also = [setup.root / "runs" / n for n in GEOMETRY[setup.scale].get("also", [])]
-    return seeds[:1] + [Run.open(p) for p in also if _finished(p)]
+    return seeds[:1] + [Run.open(p) for p in also if rundir.is_done(p)]
 
 
 CLAIMS = {1: ("Marginal first", "loss falls to a plateau at log K (z ignored), stays, then drops sharply to ~0"),
@@ -136,7 +133,7 @@ def seed_runs(setup: Setup) -> list[Run]:
 
 
 # --- claims 1, 3, 5, 7: several seeds of one config ----------------------------------------------
-def marginal_first(runs: list[Run], out: Path, scale: str) -> Study:
+def marginal_first(runs: list[Run], out: Path | None, scale: str) -> Study:
     """Claim 1: plateau at log K, then a sharp drop to ~0."""
     from .viz import loss_curves
 
@@ -156,11 +153,7 @@ def marginal_first(runs: list[Run], out: Path, scale: str) -> Study:
                      "log_k": log_k, "log_36": math.log(36), "final_candidate_loss": float(cand[-1]),
                      "drop_90_to_10_over_tau": (lo - hi) / tau if tau and hi is not None and lo is not None else None})
     heights = [r["plateau_over_log_k"] for r in rows if r["plateau_over_log_k"] is not None]
-    flat = bool(heights) and all(abs(h - 1) <= 0.15 for h in heights)
-    dropped = all(r["tau"] and r["final_candidate_loss"] < 0.1 * r["log_k"] for r in rows)
-    verdict = "reproduced" if flat and dropped else "partly" if flat or dropped else "not reproduced"
-    if not any(r["tau"] for r in rows):
-        verdict = "no result"
+    verdict = verdicts.marginal_first(rows)
     result = {"runs": rows}
     figs = [loss_curves(runs[0].metrics, runs[0].config.task.log_k, runs[0].tau())]
     _save(out, "marginal_first", result)
@@ -175,7 +168,7 @@ def marginal_first(runs: list[Run], out: Path, scale: str) -> Study:
     return Study("marginal_first", result, figs, [claim])
 
 
-def collective(runs: list[Run], out: Path, scale: str) -> Study:
+def collective(runs: list[Run], out: Path | None, scale: str) -> Study:
     """Claim 3 (and half of 8): groups cross together, not one by one."""
     from .transition import collective_transition
     from .viz import group_transition
@@ -190,12 +183,7 @@ def collective(runs: list[Run], out: Path, scale: str) -> Study:
     half = [r.get("crossed_by_half_tau") for r in done]
     window = [r.get("window_over_tau") for r in done if r.get("window_over_tau") is not None]
     incr = [r.get("incremental_window_over_tau") for r in done if r.get("incremental_window_over_tau") is not None]
-    if not done or not window:
-        verdict = "no result"
-    else:
-        few_early = max(half) <= 0.1
-        narrow = max(window) <= 0.5
-        verdict = "reproduced" if few_early and narrow else "partly" if few_early or narrow else "not reproduced"
+    verdict = verdicts.collective(rows)
     result = {"runs": rows}
     figs = [group_transition(runs[0].metrics, runs[0].config.task.k)]
     _save(out, "collective", result)
@@ -208,7 +196,7 @@ def collective(runs: list[Run], out: Path, scale: str) -> Study:
     return Study("collective", result, figs, [claim])
 
 
-def cascade_study(runs: list[Run], out: Path, scale: str) -> Study:
+def cascade_study(runs: list[Run], out: Path | None, scale: str) -> Study:
     """Claim 7: the routing head, its onset, Δz's lead over τ, necessity and sufficiency."""
     import plotly.graph_objects as go
 
@@ -236,15 +224,7 @@ def cascade_study(runs: list[Run], out: Path, scale: str) -> Study:
                      "best_alone_candidate_loss": found["best_sufficient_candidate_loss"],
                      "log_k": run.config.task.log_k})
     done = [r for r in rows if r["tau"]]
-    if not done:
-        verdict = "no result"
-    else:
-        leads = [r["dz_lead_frac"] for r in done if r["dz_lead_frac"] is not None]
-        leads_ok = bool(leads) and all(x > 0.1 for x in leads)
-        necessary = all(r["mean_ablation_delta"]["post"] >= 1.0 for r in done)
-        insufficient = all(r["best_alone_candidate_loss"] > 0.5 * r["log_k"] for r in done)
-        n_ok = leads_ok + necessary + insufficient
-        verdict = "reproduced" if n_ok == 3 else "partly" if n_ok else "not reproduced"
+    verdict = verdicts.cascade(rows)
     result = {"runs": rows, "dz_threshold": 0.1, "ablation": "mean, at pre = τ/4, mid = 3τ/4, post = 1.5τ"}
     fig = go.Figure()
     names = [r["run"] for r in done]
@@ -266,7 +246,7 @@ def cascade_study(runs: list[Run], out: Path, scale: str) -> Study:
     return Study("cascade", result, figs, [claim])
 
 
-def geometry(runs: list[Run], out: Path, scale: str) -> Study:
+def geometry(runs: list[Run], out: Path | None, scale: str) -> Study:
     """Claim 5: an anisotropic saddle on the plateau; noise along the high-curvature directions.
 
     At the phases of each run (the seeds study's first, and `GEOMETRY[scale]["also"]`), on a
@@ -317,14 +297,7 @@ def geometry(runs: list[Run], out: Path, scale: str) -> Study:
                          xaxis_title="examples", yaxis_title="λmax / |λmin|", xaxis_type="log", yaxis_type="log")
         figs.append(fs)
     _save(out, "geometry", result)
-    if not plateau:
-        verdict = "no result"
-    else:
-        saddle = all(r["lambda_min"] < 0 for r in plateau)
-        aniso = all(r["ratio"] >= 100 for r in plateau)
-        noisy = all(r["noise_share_top"] >= 0.5 for r in plateau)
-        n_ok = saddle + aniso + noisy
-        verdict = "reproduced" if n_ok == 3 else "partly" if n_ok else "not reproduced"
+    verdict = verdicts.geometry(plateau)
     ours = "; ".join(
         f"{r['run']} {r['phase']} (step {r['step']}): λmax {_fmt(r['lambda_max'])}, λmin {_fmt(r['lambda_min'])}, ratio "
         f"{_fmt(r['ratio'])}, noise on top {r['top_k']} {_fmt(r['noise_share_top'], '.0%')} (random "
@@ -371,8 +344,7 @@ def parity_study(runs: list[Run], parity: list[Run], out: Path | None, scale: st
                          "clean_loss": float(t.clean_loss.iloc[0]),
                          "top": [(r.label, round(float(r.d_loss), 4)) for r in t.head(3).itertuples()]})
     par = [r for r in rows if r["kind"] == "parity"]
-    hits = [r["top"][0][0] == "L0H3" for r in par[1:]]
-    verdict = "reproduced" if hits and all(hits) else "partly" if any(hits) else "not reproduced"
+    verdict = verdicts.parity(rows)
     result = {"measure": "mean ablation of each head's hook_z over 2,048 training examples; Δ training loss",
               "paper": {str(k): v for k, v in PAPER_HEAD_TABLE.items()}, "rows": rows}
     _save(out, "parity", result)
@@ -417,15 +389,11 @@ def scaling(setup: Setup) -> Study:
     figs = [tau_vs_d(tables["d"], fit), tau_vs_k(tables["k"])]
     _save(out, "scaling", result)
     f = fits.get("tau_vs_D")
-    kf = list(fits["tau_vs_K"].values())
+    verdict = verdicts.scaling(fits)
     if not f:
-        verdict, ours = "no result", "fewer than two transitioned runs in D"
+        ours = "fewer than two transitioned runs in D"
     else:
         lo, hi = f["alpha_ci"]
-        in_d = lo <= 1.31 and hi >= 1.14
-        flat_k = bool(kf) and all(k["alpha_ci"][0] <= 0.2 and k["alpha_ci"][1] >= -0.2 for k in kf)
-        grows = f["alpha"] > 0.5
-        verdict = "reproduced" if in_d and flat_k else "partly" if (grows or flat_k) else "not reproduced"
         ours = (f"α_D = {f['alpha']:.2f} [{lo:.2f}, {hi:.2f}] (R² {f['r2']:.3f}, {f['n']} points); "
                 + "; ".join(f"β_K at D={d} = {k['alpha']:.2f} [{k['alpha_ci'][0]:.2f}, {k['alpha_ci'][1]:.2f}]"
                             for d, k in fits["tau_vs_K"].items()))
@@ -437,7 +405,6 @@ def scaling(setup: Setup) -> Study:
 # --- claims 4 and 8 ------------------------------------------------------------------------------
 def noise(setup: Setup) -> Study:
     """Claim 4: more gradient noise (higher lr, smaller batch) slows the escape."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     scale, out = setup.scale, setup.dir("noise")
@@ -475,11 +442,7 @@ def noise(setup: Setup) -> Study:
              "smaller batches delay escape at equal examples": (b_ratio or 0) > 1.2}
     result.update({"subclaims": parts, "more_noise_slows_escape": top_slower})
     _save(out, "noise", result)
-    if len(escaped) < 2 and len(b_done) < 2:
-        verdict = "no result"
-    else:
-        n_ok = sum(parts.values())
-        verdict = "reproduced" if n_ok == len(parts) else "partly" if n_ok else "not reproduced"
+    verdict = verdicts.noise(parts, len(escaped), len(b_done))
     ours = (f"τ at lr {', '.join(_fmt(x, 'g') for x in lr.lr)}: {', '.join(_fmt(t, 'g') for t in lr.tau)} steps "
             f"(batch {p['base'].get('batch_size', 128)}: equal examples ∝ steps), ratio last/first escaped "
             f"{_fmt(lr_ratio, '.2f')} over a {_fmt(lr_span, '.1f')}x lr range"
@@ -496,13 +459,8 @@ def falsified(collective_study: Study, noise_study: Study) -> Claim:
     """Claim 8: what claims 3 and 4 say against incremental coverage and barrier crossing."""
     c, n = collective_study.claims[0], noise_study.claims[0]
     incremental_out = c.verdict == "reproduced"
-    against_incremental = c.verdict in ("reproduced", "partly")
     slower = bool(noise_study.result.get("more_noise_slows_escape"))
-    if "no result" in (c.verdict, n.verdict) and not (against_incremental or slower):
-        verdict = "no result"
-    else:
-        verdict = ("reproduced" if incremental_out and slower else "partly" if against_incremental or slower
-                   else "not reproduced")
+    verdict = verdicts.falsified(c.verdict, n.verdict, slower)
     words = {True: "ruled out", False: "not ruled out"}
     if c.verdict == "no result":
         incremental = "no result yet"
@@ -554,10 +512,7 @@ def asymmetry(setup: Setup) -> Study:
                       f"{_fmt(mean, '.2f')} (paper 1.7-4.4)", xaxis_title="seed", yaxis_title="steps", barmode="group")
     figs = [fig]
     _save(out, "asymmetry", result)
-    if mean is None:
-        verdict = "no result"
-    else:
-        verdict = "reproduced" if 1.7 <= mean <= 4.4 else "partly" if mean > 1.1 else "not reproduced"
+    verdict = verdicts.asymmetry(mean)
     ours = (f"a_to_b / bz_to_a = {_fmt(mean, '.2f')} (range {_fmt(result['ratio_min'], '.2f')}-"
             f"{_fmt(result['ratio_max'], '.2f')}, {len(ratios)} seeds); steps: "
             + "; ".join(f"seed {r['seed']}: {r['bz_to_a']} vs {r['a_to_b']}" for r in rows))
@@ -668,23 +623,20 @@ SEED_STUDIES = {"marginal_first": marginal_first, "collective": collective, "cas
                 "geometry": geometry}
 
 
-def script_main(name: str, doc: str) -> None:
-    """The command line of the analyses/ scripts: --scale, --executor, --workers, --root.
-
-    Runs land where `reproduce` looks for them (checkpoints/reproduce/<scale>/runs), so a study
-    run on its own is reused by the report, and the studies share their runs.
-    """
-    from .sweep import study_args
-
-    args = study_args(doc)
-    root = args.root or Path("checkpoints") / "reproduce" / args.scale
-    setup = Setup(root, args.scale, args.executor, args.workers, out=root)
+def run_study(name: str, scale: str, root=None, executor: str = "local", workers: int | None = None) -> None:
+    """One study on its own (`selector-lens study`, the analyses/ scripts). Its runs land where
+    `reproduce` looks for them (checkpoints/reproduce/<scale>/runs), so the report reuses them
+    and the studies share their runs."""
+    if name not in SEED_STUDIES and name not in STUDY_FUNCS:
+        raise SelectorLensError(f"unknown study {name!r}; choose one of {', '.join([*SEED_STUDIES, *STUDY_FUNCS])}")
+    root = Path(root) if root else Path("checkpoints") / "reproduce" / scale
+    setup = Setup(root, scale, executor, workers, out=root)
     t = time.perf_counter()
     if name in SEED_STUDIES:
         runs = seed_runs(setup)
         if name == "geometry":  # the seeds' first run, and the scale's other Hessian runs
             runs = geometry_runs(setup, runs)
-        study = SEED_STUDIES[name](runs, setup.dir("seeds"), args.scale)
+        study = SEED_STUDIES[name](runs, setup.dir("seeds"), scale)
     else:
         study = STUDY_FUNCS[name](setup)
     from .viz.dashboard import write_html

@@ -1,9 +1,9 @@
 """Sweeps: a grid over training options, one ordinary run directory per point.
 
-A spec (YAML or dict) names fixed options (`base`) and a grid (`grid`); option names are the
-flat field names of SelectorTask, ModelConfig and TrainConfig (`k`, `n_bases`, `n_layers`, `lr`,
-...), plus `D`, which sets n_bases = round(D / k) (the run's exact D, n_bases x k, is recorded). The sweep directory holds `sweep.json` (the spec and
-its points) and one run directory per point; finished runs are skipped, killed ones resumed,
+A spec (YAML or dict) names fixed options (`base`) and a grid (`grid`); option names are
+`config.OPTIONS`, the same as `selector-lens train`'s (`k`, `n_bases`, `n_layers`, `lr`, ...), plus
+`D`, which sets n_bases = round(D / k). The sweep directory holds `sweep.json` (the spec and its
+points) and one run directory per point; finished runs are skipped, killed ones resumed,
 failed ones recorded in their `error.json` without stopping the others.
 
 Executors: `local` (a process pool; torch threads per run = cores / workers), `ray` (the same
@@ -19,52 +19,14 @@ import itertools
 import json
 import os
 import traceback
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .config import ModelConfig, TrainConfig
+from . import rundir
+from .config import coerce, from_options
 from .errors import SelectorLensError
-from .task import SelectorTask
 
 EXECUTORS = ("local", "ray", "batched")
-_TASK = {f.name for f in fields(SelectorTask)}
-_MODEL = {f.name for f in fields(ModelConfig)}
-_TRAIN = {f.name for f in fields(TrainConfig)} - {"task", "model"}
-_TYPES = {f.name: f.type for cls in (SelectorTask, ModelConfig, TrainConfig) for f in fields(cls)}
-
-
-def make_config(options: dict) -> TrainConfig:
-    """A TrainConfig from flat option names; `seed` seeds both the data and the training."""
-    options = dict(options)
-    if "D" in options:
-        d, k = options.pop("D"), options.get("k", SelectorTask.k)
-        if "n_bases" in options:
-            raise SelectorLensError("give D or n_bases, not both")
-        options["n_bases"] = max(1, round(d / k))  # the run's exact D is n_bases x k
-    unknown = set(options) - _TASK - _MODEL - _TRAIN
-    if unknown:
-        raise SelectorLensError(f"unknown sweep option(s): {', '.join(sorted(unknown))}")
-    options = _coerce(options)
-    task = {k: v for k, v in options.items() if k in _TASK}
-    if "seed" in options:
-        task["seed"] = options["seed"]
-    return TrainConfig(
-        task=SelectorTask(**task),
-        model=ModelConfig(**{k: v for k, v in options.items() if k in _MODEL}),
-        **{k: v for k, v in options.items() if k in _TRAIN},
-    )
-
-
-def _coerce(options: dict) -> dict:
-    """Numbers by field type (YAML reads 3e-3 as a string)."""
-    out = dict(options)
-    for key, value in out.items():
-        if isinstance(value, str) and _TYPES.get(key) in ("float", "int"):
-            try:
-                out[key] = float(value) if _TYPES[key] == "float" else int(value)
-            except ValueError:
-                raise SelectorLensError(f"sweep option {key} needs a number, got {value!r}") from None
-    return out
 
 
 @dataclass(frozen=True)
@@ -109,9 +71,9 @@ class SweepSpec:
     def points(self) -> list[dict]:
         """The grid's points (base options updated by each combination), validated."""
         keys = list(self.grid)
-        pts = [_coerce({**self.base, **dict(zip(keys, combo))}) for combo in itertools.product(*self.grid.values())]
+        pts = [coerce({**self.base, **dict(zip(keys, combo))}) for combo in itertools.product(*self.grid.values())]
         for p in pts:
-            make_config(p)  # one clear error before anything runs
+            from_options(p)  # one clear error before anything runs
         return pts
 
     def run_name(self, point: dict) -> str:
@@ -133,26 +95,27 @@ def _name_part(key: str, value) -> str:
 
 
 def run_point(options: dict, out: str, threads: int) -> dict:
-    """Train one point (or resume it); never raises: the outcome is returned and recorded."""
+    """Train one point (or resume it) on `threads` threads (the caller's count is restored);
+    never raises: the outcome is returned and recorded."""
     import torch
 
-    from .runs import Run
     from .trainer import train
 
+    before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    out_path = Path(out)
     try:
-        if (out_path / "run.json").is_file() and Run.open(out_path).status in ("finished", "early_stopped"):
+        if rundir.is_done(out):
             return {"run": out, "outcome": "skipped"}
-        run = train(make_config(options), out=out_path, resume=True)
-        (out_path / "error.json").unlink(missing_ok=True)
+        run = train(from_options(options), out=Path(out), resume=True)
+        rundir.clear_error(out)
         return {"run": out, "outcome": "done", "tau": run.tau()}
     except Exception as e:  # recorded, and the sweep goes on
-        out_path.mkdir(parents=True, exist_ok=True)
         err = {"run": out, "outcome": "failed", "error": f"{type(e).__name__}: {e}",
                "traceback": traceback.format_exc()}
-        (out_path / "error.json").write_text(json.dumps(err, indent=1))
+        rundir.write_error(out, err)
         return err
+    finally:
+        torch.set_num_threads(before)
 
 
 def run_sweep(spec: SweepSpec, root, executor: str = "local", workers: int | None = None,
@@ -250,16 +213,15 @@ def _run_local(jobs, workers: int, threads: int, progress: bool) -> list[dict]:
 def _run_batched(jobs, per_batch: int | None, progress: bool) -> list[dict]:
     """Train compatible points together (`train_many`), at most `per_batch` at a time (default:
     all). A group that fails is retried point by point, so one bad point fails alone."""
-    from .runs import Run
     from .trainer import batch_key, train_many
 
     board = _Board(len(jobs), progress)
     todo = []
     for p, out in jobs:
-        if (Path(out) / "run.json").is_file() and Run.open(out).status in ("finished", "early_stopped"):
+        if rundir.is_done(out):
             board.add({"run": out, "outcome": "skipped"}, 0)
         else:
-            todo.append((make_config(p), p, out))
+            todo.append((from_options(p), p, out))
     groups: dict = {}
     for cfg, p, out in todo:
         groups.setdefault(batch_key(cfg), []).append((cfg, p, out))
@@ -270,7 +232,7 @@ def _run_batched(jobs, per_batch: int | None, progress: bool) -> list[dict]:
             try:
                 runs = train_many([c for c, _, _ in part], [out for _, _, out in part], resume=True)
                 for run, (_, _, out) in zip(runs, part):
-                    (Path(out) / "error.json").unlink(missing_ok=True)
+                    rundir.clear_error(out)
                     board.add({"run": out, "outcome": "done", "tau": run.tau()}, 0)
             except Exception:
                 for _, p, out in part:
@@ -300,19 +262,3 @@ def _run_ray(jobs, threads: int, address: str | None, progress: bool) -> list[di
     finally:
         if started:
             ray.shutdown()
-
-
-
-def study_args(doc: str):
-    """The command line shared by the analyses/ studies: --scale, --executor, --workers, --root
-    (default checkpoints/reproduce/<scale>, where `selector-lens reproduce` reuses the same runs)."""
-    import argparse
-
-    from .presets import SCALES
-
-    ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
-    ap.add_argument("--scale", choices=SCALES, default="cpu")
-    ap.add_argument("--executor", choices=list(EXECUTORS), default="local")
-    ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--root", type=Path, default=None)
-    return ap.parse_args()

@@ -1,19 +1,23 @@
 """The selector task (docs/science.md section 1): strings, token tensors, candidate sets, positions.
 
 `SelectorTask` is the frozen config; `generate()` samples the strings once from its seed;
-`TaskData.from_strings` turns strings into tensors, so a run rebuilt from its `data.json`
-is exact even if the sampler changes later.
+`task_data.TaskData.from_strings` turns strings into tensors, so a run rebuilt from its
+`data.json` is exact even if the sampler changes later. No torch here: the CLI reads this
+module for its options.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import SelectorLensError
+
+if TYPE_CHECKING:
+    from .task_data import TaskData
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 PAD, BOS, EOS, SEP = 0, 1, 2, 3
@@ -24,6 +28,11 @@ DIRECTIONS = ("bz_to_a", "b_to_a", "a_to_b", "az_to_b")
 PARITIES = ("ours", "paper")
 
 
+def _opt(default, help: str, choices: tuple = ()):
+    """A config field with the help (and choices) its CLI option shows (config.OPTIONS)."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
 @dataclass(frozen=True)
 class SelectorTask:
     """K-fold ambiguous map B -> A, resolved by a selector z shared by every B.
@@ -32,15 +41,16 @@ class SelectorTask:
     `a_to_b` (the one-to-one reverse), `az_to_b` (reverse with a redundant z).
     """
 
-    k: int = 10
-    n_bases: int = 1000
-    b_length: int = 6
-    a_length: int = 4
-    z_length: int = 2
-    direction: str = "bz_to_a"
-    unique_first_char: bool = True
-    seed: int = 42
-    parity: str = "ours"  # "paper": the paper's code's dataset, init and batch order (parity.py)
+    k: int = _opt(10, "Targets per base (ambiguity K).")
+    n_bases: int = _opt(1000, "Distinct base strings; D = n_bases x K.")
+    b_length: int = _opt(6, "Characters of a base string B.")
+    a_length: int = _opt(4, "Characters of a target string A.")
+    z_length: int = _opt(2, "Characters of a selector z.")
+    direction: str = _opt("bz_to_a", "What maps to what.", DIRECTIONS)
+    unique_first_char: bool = _opt(True, "The K targets of a base start with K different characters.")
+    seed: int = _opt(42, "Seed of the sampled strings.")
+    parity: str = _opt("ours", "paper: the paper code's dataset, initial weights, batch order and lr, "
+                       "string for string (parity.py).", PARITIES)
 
     def __post_init__(self):
         n = len(ALPHABET)
@@ -128,6 +138,8 @@ class SelectorTask:
     def generate(self) -> "TaskData":
         """Sample the strings from `seed` and build the tensors (parity "paper": the paper's
         code's strings, in its order)."""
+        from .task_data import TaskData  # lazily: torch
+
         if self.parity == "paper":
             from .parity import paper_strings
 
@@ -177,56 +189,3 @@ def encode(s: str) -> list[int]:
 def decode(ids) -> list[str]:
     """Token ids -> readable labels ('[BOS]', 'a', ...), for plots and tables."""
     return [SPECIAL[i] if i < len(SPECIAL) else ALPHABET[i - len(SPECIAL)] for i in ids]
-
-
-@dataclass
-class TaskData:
-    """The dataset of one task: strings and the tensors every other module reads.
-
-    Example e = g * K + i is base g with its i-th target and i-th selector.
-    """
-
-    task: SelectorTask
-    bases: list[str]
-    zs: list[str]
-    targets: list[list[str]]  # [n_bases][K]
-    tokens: "torch.Tensor" = field(repr=False)  # [D, seq] int64
-    group: "torch.Tensor" = field(repr=False)  # [D] base index
-    choice: "torch.Tensor" = field(repr=False)  # [D] index of the example's target among its group's K
-
-    @classmethod
-    def from_strings(cls, task: SelectorTask, bases, zs, targets) -> "TaskData":
-        import torch  # lazily: the CLI imports this module for its options
-
-        if len(bases) != task.n_bases or len(zs) != task.k or any(len(t) != task.k for t in targets):
-            raise SelectorLensError("strings do not match the task's n_bases and k")
-        rows = []
-        for g, b in enumerate(bases):
-            for i, a in enumerate(targets[g]):
-                src, tgt = (a, b) if task.direction.startswith("a") else (b, a)
-                row = [BOS, *encode(src), SEP]
-                if task.has_z:
-                    row += [*encode(zs[i]), SEP]
-                rows.append(row + encode(tgt) + [EOS])
-        tokens = torch.tensor(rows, dtype=torch.long)
-        group = torch.arange(task.n_bases).repeat_interleave(task.k)
-        choice = torch.arange(task.k).repeat(task.n_bases)
-        return cls(task, list(bases), list(zs), [list(t) for t in targets], tokens, group, choice)
-
-    @property
-    def loss_mask(self) -> torch.Tensor:
-        """[seq - 1] bool over next-token predictions: True where the target is an A token or EOS."""
-        import torch
-
-        mask = torch.zeros(self.task.seq_len - 1, dtype=torch.bool)
-        mask[self.task.first_target_pos :] = True
-        return mask
-
-    @cached_property
-    def candidates(self) -> torch.Tensor:
-        """[n_bases, K, target_length + 1]: each group's K targets with EOS, as tokens."""
-        t = self.task
-        return self.tokens[:, t.source_length :].reshape(t.n_bases, t.k, t.target_length + 1)
-
-    def to_json(self) -> dict:
-        return {"bases": self.bases, "zs": self.zs, "targets": self.targets}

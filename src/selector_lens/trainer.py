@@ -6,7 +6,6 @@ function of (seed, epoch), so a resumed run replays the same batches without sav
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 import time
@@ -14,13 +13,13 @@ from pathlib import Path
 
 import torch
 
-from . import __version__
+from . import __version__, fused, rundir
 from .config import TrainConfig
 from .errors import SelectorLensError
-from . import fused
+from .files import atomic_write, atomic_write_text
 from .metrics import evaluate
-from .model import atomic_write, build_model, config_hash, save_weights
-from .runs import Run, write_json
+from .model import build_model, config_hash, save_weights
+from .runs import Run
 from .transition import summarize
 
 
@@ -103,34 +102,15 @@ def solved(cfg: TrainConfig, row: dict) -> bool:
 def _prepare(cfg: TrainConfig, out: Path, resume: bool) -> tuple[Run, bool]:
     """Create the run directory, or check that it holds this run when resuming."""
     run = Run(out)
-    exists = (out / "run.json").is_file()
-    if exists:
-        old = Run.open(out).config
-        diff = old.differences(cfg)
+    if rundir.is_run(out):
+        diff = Run.open(out).config.differences(cfg)
         if diff:
             raise SelectorLensError(f"{out} holds a different run ({'; '.join(diff[:3])}); choose another --out")
         if not resume:
             raise SelectorLensError(f"{out} already holds this run; pass --resume to continue it or choose another --out")
-        info = run.info
-        info["config"] = cfg.to_dict()  # steps may have been extended
-        info["status"] = "running"
-        write_json(out / "run.json", info)
+        rundir.update(out, config=cfg.to_dict(), status=rundir.RUNNING)  # steps may have been extended
         return run, run.state_path.is_file()
-    if out.exists() and any(out.iterdir()):
-        raise SelectorLensError(f"{out} exists and is not a run directory; choose another --out")
-    run.ckpt_dir.mkdir(parents=True, exist_ok=True)
-    data = cfg.task.generate()
-    write_json(out / "data.json", data.to_json())
-    write_json(
-        out / "run.json",
-        {
-            "config": cfg.to_dict(),
-            "version": __version__,
-            "seed": cfg.seed,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "status": "running",
-        },
-    )
+    rundir.create(out, cfg.to_dict(), __version__, cfg.task.generate().to_json())
     return run, False
 
 
@@ -204,7 +184,7 @@ class _RunState:
             self.order = BatchOrder(self.task.n_examples, cfg.batch_size, cfg.seed)
         self.tokens = data.tokens.to(device)
         self.device = device
-        metrics_path = out / "metrics.jsonl"
+        metrics_path = out / rundir.METRICS
 
         self.step, elapsed = 0, 0.0
         if has_state:
@@ -216,8 +196,7 @@ class _RunState:
                 raise SelectorLensError(f"corrupt checkpoint: {self.run.state_path} ({type(e).__name__})") from None
             self.run.model_at(self.step, self.model)
             self.rows = [r for r in self.run.metric_rows() if r["step"] <= self.step]
-            text = "".join(json.dumps(r) + "\n" for r in self.rows)
-            atomic_write(metrics_path, lambda tmp: tmp.write_text(text))
+            atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in self.rows))
         else:
             self.rows = []
             metrics_path.write_text("")
@@ -227,9 +206,7 @@ class _RunState:
         self.log = open(metrics_path, "a")
         self.t0 = time.perf_counter() - elapsed
         if self.step == 0:
-            info = self.run.info
-            info["eval_groups"] = self.eval_set.groups.tolist()
-            write_json(out / "run.json", info)
+            rundir.update(out, eval_groups=self.eval_set.groups.tolist())
             self.evaluate(0)
             self.checkpoint(0)
         self.bar = _Progress(cfg, self.step) if progress else None
@@ -284,10 +261,8 @@ class _RunState:
         self.log.close()
 
     def finish(self) -> Run:
-        info = self.run.info
-        info["status"] = "early_stopped" if self.stopped else "finished"
-        info["summary"] = {**summarize(self.rows, self.task.log_k), "wall_time_s": time.perf_counter() - self.t0}
-        write_json(self.out / "run.json", info)
+        summary = {**summarize(self.rows, self.task.log_k), "wall_time_s": time.perf_counter() - self.t0}
+        rundir.finish(self.out, self.stopped, summary)
         return self.run
 
 

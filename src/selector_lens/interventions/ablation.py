@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
+from jaxtyping import Float, Int
+from torch import Tensor
 
 from ..errors import SelectorLensError
 
@@ -37,37 +40,39 @@ def head_label(layer: int, head: int) -> str:
 
 @dataclass
 class HeadAblation:
-    """Replace the outputs (hook_z) of `heads` in every forward pass of an evaluation.
+    """Replace the outputs (hook_z) of `heads` in every forward pass of an evaluation (an
+    `metrics.Intervention`).
 
-    `values[(layer, head)]` is None (zero), [seq, d_head] (the mean at each position), or
-    [N, seq, d_head] (resample: row e holds the output of the example that replaces e).
+    mode "zero": no values. "mean": `values[(layer, head)]` is the head's mean output at each
+    position over the evaluation set. "resample": row e holds the output, on the clean run, of
+    the example that replaces e.
     """
 
     heads: list[tuple[int, int]]
     mode: str
-    values: dict = field(default_factory=dict, repr=False)
+    values: dict[tuple[int, int], Float[Tensor, "seq d_head"] | Float[Tensor, "n seq d_head"]] = field(
+        default_factory=dict, repr=False)
 
     @property
     def per_example(self) -> bool:
         """Resampling differs per example; zero and mean act alike on a group's shared prefix."""
         return self.mode == "resample"
 
-    def hooks(self, examples: torch.Tensor, offset: int):
+    def hooks(self, examples: Int[Tensor, " rows"], offset: int) -> list[tuple[str, Callable]]:
         by_layer = defaultdict(list)
         for layer, head in self.heads:
             by_layer[layer].append(head)
 
         def make(layer, heads):
-            def hook(z, hook):  # z: [batch, pos, head, d_head]
-                P = z.shape[1]
+            def hook(z: Float[Tensor, "rows pos head d_head"], hook) -> Float[Tensor, "rows pos head d_head"]:
+                pos = slice(offset, offset + z.shape[1])
                 for h in heads:
-                    v = self.values.get((layer, h))
-                    if v is None:
+                    if self.mode == "zero":
                         z[:, :, h] = 0.0
-                    elif v.dim() == 2:
-                        z[:, :, h] = v[offset : offset + P].to(z.device)
+                    elif self.mode == "mean":
+                        z[:, :, h] = self.values[(layer, h)][pos].to(z.device)
                     else:
-                        z[:, :, h] = v[examples, offset : offset + P].to(z.device)
+                        z[:, :, h] = self.values[(layer, h)][examples, pos].to(z.device)
                 return z
 
             return hook

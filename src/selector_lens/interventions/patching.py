@@ -9,9 +9,12 @@ several patched copies of the corrupted batch go through one forward pass.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
+from jaxtyping import Float, Int
+from torch import Tensor
 
 from ..errors import SelectorLensError
 
@@ -26,12 +29,21 @@ SITES = {
 
 
 @torch.inference_mode()
-def patch(model, clean_tokens, corrupt_tokens, site: str, metric, positions=None, heads=None, patches_per_pass: int = 16):
+def patch(
+    model,
+    clean_tokens: Int[Tensor, "batch seq"],
+    corrupt_tokens: Int[Tensor, "batch seq"],
+    site: str,
+    metric: Callable[[Float[Tensor, "batch seq vocab"]], Float[Tensor, ""]],
+    positions: list[int] | str | None = None,
+    heads: list[int] | None = None,
+    patches_per_pass: int = 16,
+) -> Float[Tensor, "layer *pos_head"]:
     """Metric of the corrupted run with each (layer, position[, head]) activation patched from clean.
 
     `positions`: None for every position one at a time, a list of positions one at a time, or
-    "all" for every position at once (shape [n_layers], or [n_layers, n_heads] for `z`, like
-    TransformerLens's `*_all_pos` functions).
+    "all" for every position at once. The result is [layer, pos] ([layer, pos, head] for `z`);
+    with "all", [layer] ([layer, head] for `z`), like TransformerLens's `*_all_pos` functions.
     """
     if site not in SITES:
         raise SelectorLensError(f"unknown site {site!r}; choose one of {', '.join(SITES)}")
@@ -84,10 +96,10 @@ def patch(model, clean_tokens, corrupt_tokens, site: str, metric, positions=None
 class ZCorruption:
     """Clean inputs and the same inputs with another selector: same B, so the target changes."""
 
-    clean: torch.Tensor  # [n, seq]
-    corrupt: torch.Tensor  # [n, seq]
-    clean_target: torch.Tensor  # [n] a1 of the clean example
-    corrupt_target: torch.Tensor  # [n] a1 that the corrupted selector points to
+    clean: Int[Tensor, "n seq"]
+    corrupt: Int[Tensor, "n seq"]
+    clean_target: Int[Tensor, " n"]  # a1 of the clean example
+    corrupt_target: Int[Tensor, " n"]  # a1 that the corrupted selector points to
     pos: int  # the position that predicts a1
     z_positions: list[int]
 
@@ -111,7 +123,7 @@ def z_corruption(data, examples=None, shift: int = 1) -> ZCorruption:
     return ZCorruption(clean, corrupt, clean[:, first], data.tokens[other][:, first], first - 1, task.z_positions)
 
 
-def logit_diff(logits, corruption: ZCorruption) -> torch.Tensor:
+def logit_diff(logits: Float[Tensor, "n seq vocab"], corruption: ZCorruption) -> Float[Tensor, ""]:
     """Mean logit of the clean a1 minus that of the corrupted a1, at the a1-predicting position."""
     at = logits[:, corruption.pos]
     rows = torch.arange(len(at))

@@ -1,0 +1,77 @@
+"""The run directory's one owner: its file names, its statuses, and every write to run.json and
+error.json (docs/design.md: the run directory). No torch, so reading a run's state stays cheap.
+
+The trainer, the importer, the sweep and the studies create, finish and check runs only through
+these functions; `runs.Run` reads what they wrote.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+from .errors import SelectorLensError
+from .files import read_json, write_json
+
+RUN_JSON = "run.json"
+DATA_JSON = "data.json"
+METRICS = "metrics.jsonl"
+METRICS_PACKED = "metrics.jsonl.gz"  # a published run's log
+ERROR_JSON = "error.json"
+CKPT_DIR = "ckpt"
+STATE = "last.pt"  # optimizer state of the last checkpoint: what resuming needs beyond weights
+
+RUNNING, FINISHED, EARLY_STOPPED = "running", "finished", "early_stopped"
+DONE = (FINISHED, EARLY_STOPPED)
+
+
+def is_run(path) -> bool:
+    return (Path(path) / RUN_JSON).is_file()
+
+
+def status(path) -> str:
+    return read_json(Path(path) / RUN_JSON).get("status", "unknown")
+
+
+def is_done(path) -> bool:
+    """Has this run ended (trained to its budget or stopped early)? A sweep skips it, a study
+    reads it, `publish` copies it."""
+    return is_run(path) and status(path) in DONE
+
+
+def create(path, config: dict, version: str, data: dict, **extra) -> None:
+    """A new run: `ckpt/`, the exact dataset (`data.json`) and `run.json` with status running."""
+    path = Path(path)
+    if path.exists() and any(path.iterdir()):
+        raise SelectorLensError(f"{path} exists and is not a run directory; choose another --out")
+    (path / CKPT_DIR).mkdir(parents=True, exist_ok=True)
+    write_json(path / DATA_JSON, data)
+    created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    write_json(path / RUN_JSON, {"config": config, "version": version, "seed": config["seed"],
+                                 "created": created, "status": RUNNING, **extra})
+
+
+def update(path, **fields) -> dict:
+    """Set fields of run.json (atomically); returns the new contents."""
+    info = {**read_json(Path(path) / RUN_JSON), **fields}
+    write_json(Path(path) / RUN_JSON, info)
+    return info
+
+
+def finish(path, early_stopped: bool, summary: dict) -> None:
+    update(path, status=EARLY_STOPPED if early_stopped else FINISHED, summary=summary)
+
+
+def write_error(path, error: dict) -> None:
+    """Record why a run failed (a sweep goes on without it); `clear_error` once it succeeds."""
+    Path(path).mkdir(parents=True, exist_ok=True)
+    write_json(Path(path) / ERROR_JSON, error)
+
+
+def clear_error(path) -> None:
+    (Path(path) / ERROR_JSON).unlink(missing_ok=True)
+
+
+def read_error(path) -> str | None:
+    err = Path(path) / ERROR_JSON
+    return read_json(err)["error"] if err.is_file() else None

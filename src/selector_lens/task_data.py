@@ -1,0 +1,63 @@
+"""The dataset of a task as tensors, built from its strings (`TaskData.from_strings`), so a run
+rebuilt from its `data.json` is exact."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+from jaxtyping import Bool, Int
+from torch import Tensor
+
+from .errors import SelectorLensError
+from .task import BOS, EOS, SEP, SelectorTask, encode
+
+
+@dataclass
+class TaskData:
+    """The dataset of one task: strings and the tensors every other module reads.
+
+    Example e = g * K + i is base g with its i-th target and i-th selector.
+    """
+
+    task: SelectorTask
+    bases: list[str]
+    zs: list[str]
+    targets: list[list[str]]  # [n_bases][K]
+    tokens: Int[Tensor, "examples seq"] = field(repr=False)
+    group: Int[Tensor, " examples"] = field(repr=False)  # the example's base
+    choice: Int[Tensor, " examples"] = field(repr=False)  # its target's index among the base's K
+
+    @classmethod
+    def from_strings(cls, task: SelectorTask, bases, zs, targets) -> "TaskData":
+        if len(bases) != task.n_bases or len(zs) != task.k or any(len(t) != task.k for t in targets):
+            raise SelectorLensError("strings do not match the task's n_bases and k")
+        rows = []
+        for g, b in enumerate(bases):
+            for i, a in enumerate(targets[g]):
+                src, tgt = (a, b) if task.direction.startswith("a") else (b, a)
+                row = [BOS, *encode(src), SEP]
+                if task.has_z:
+                    row += [*encode(zs[i]), SEP]
+                rows.append(row + encode(tgt) + [EOS])
+        tokens = torch.tensor(rows, dtype=torch.long)
+        group = torch.arange(task.n_bases).repeat_interleave(task.k)
+        choice = torch.arange(task.k).repeat(task.n_bases)
+        return cls(task, list(bases), list(zs), [list(t) for t in targets], tokens, group, choice)
+
+    @property
+    def loss_mask(self) -> Bool[Tensor, " predictions"]:
+        """Over next-token predictions (seq - 1): True where the target is an A token or EOS."""
+        mask = torch.zeros(self.task.seq_len - 1, dtype=torch.bool)
+        mask[self.task.first_target_pos :] = True
+        return mask
+
+    @cached_property
+    def candidates(self) -> Int[Tensor, "bases k target_eos"]:
+        """Each group's K targets with EOS (target_length + 1 tokens), as tokens."""
+        t = self.task
+        return self.tokens[:, t.source_length :].reshape(t.n_bases, t.k, t.target_length + 1)
+
+    def to_json(self) -> dict:
+        return {"bases": self.bases, "zs": self.zs, "targets": self.targets}
