@@ -49,9 +49,14 @@ def main() -> None:
     sl.attention_to_z(run)
     sl.ablate_heads(run, [head], "mean", steps)
     stored = time.perf_counter() - t
-    print(f"run {run.path}: {len(steps)} checkpoints; training re-measured here {train_s:.0f} s "
-          f"(recorded wall time {recorded if recorded is None else round(recorded)} s)")
-    for name, secs in (("recomputing clean metrics", recomputed), ("clean metrics from metrics.jsonl", stored)):
+    print(
+        f"run {run.path}: {len(steps)} checkpoints; training re-measured here {train_s:.0f} s "
+        f"(recorded wall time {recorded if recorded is None else round(recorded)} s)"
+    )
+    for name, secs in (
+        ("recomputing clean metrics", recomputed),
+        ("clean metrics from metrics.jsonl", stored),
+    ):
         ratio = f" = {secs / train_s:.2f} x training" if train_s else ""
         print(f"attention + Δz + one head's mean ablation, {name}: {secs:7.1f} s{ratio}")
 

@@ -38,7 +38,9 @@ def toolkit_steps(cfg: sl.TrainConfig, tokens: torch.Tensor, seeds=(None,)):
     """Fresh models (one per seed; None = the config's) with their AdamW, and a function doing
     one toolkit training step of all of them on the next batches of the run's data order."""
     models = [sl.build_model(cfg.model, cfg.task, cfg.seed if s is None else s) for s in seeds]
-    opts = [torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in models]
+    opts = [
+        torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in models
+    ]
     order = BatchOrder(len(tokens), cfg.batch_size, cfg.seed)
     steps = iter(range(1, 10**9))
 
@@ -67,20 +69,37 @@ def main() -> None:
         path = Path(tmp) / "step.safetensors"
         save_weights(model, path, 0, "bench")
         ckpt_mb = path.stat().st_size / 1e6
-    cli = timed(lambda: subprocess.run([sys.executable, "-m", "selector_lens", "--help"], capture_output=True, check=True), 3)
+    cli = timed(
+        lambda: subprocess.run(
+            [sys.executable, "-m", "selector_lens", "--help"], capture_output=True, check=True
+        ),
+        3,
+    )
 
     between = cfg.eval_every * step_s
-    print(f"model: {n_params:,} parameters, batch {cfg.batch_size}, torch threads {torch.get_num_threads()}")
+    print(
+        f"model: {n_params:,} parameters, batch {cfg.batch_size}, torch threads {torch.get_num_threads()}"
+    )
     print(f"train step                         {step_s * 1e3:8.1f} ms")
-    print(f"4 runs as one batched step         {batched_s * 1e3:8.1f} ms   = {batched_s / (4 * step_s):.2f} x four single steps")
-    print(f"eval, default set ({len(es_default.tokens):>5} examples)  {eval_default:8.2f} s   "
-          f"= {eval_default / between:.2f} x the {cfg.eval_every} steps between evals")
-    print(f"eval, --eval-groups 200 ({len(es_200.tokens)})  {eval_200:8.2f} s   "
-          f"= {eval_200 / between:.2f} x the {cfg.eval_every} steps between evals")
-    print(f"eval, --eval-groups all ({len(es_all.tokens)})  {eval_all:8.2f} s   "
-          f"= {eval_all / between:.2f} x the {cfg.eval_every} steps between evals")
-    print(f"checkpoint                         {ckpt_mb:8.2f} MB  (x {6000 // cfg.ckpt_every + 1} for 6000 steps "
-          f"at ckpt_every={cfg.ckpt_every}: {ckpt_mb * (6000 // cfg.ckpt_every + 1):.0f} MB)")
+    print(
+        f"4 runs as one batched step         {batched_s * 1e3:8.1f} ms   = {batched_s / (4 * step_s):.2f} x four single steps"
+    )
+    print(
+        f"eval, default set ({len(es_default.tokens):>5} examples)  {eval_default:8.2f} s   "
+        f"= {eval_default / between:.2f} x the {cfg.eval_every} steps between evals"
+    )
+    print(
+        f"eval, --eval-groups 200 ({len(es_200.tokens)})  {eval_200:8.2f} s   "
+        f"= {eval_200 / between:.2f} x the {cfg.eval_every} steps between evals"
+    )
+    print(
+        f"eval, --eval-groups all ({len(es_all.tokens)})  {eval_all:8.2f} s   "
+        f"= {eval_all / between:.2f} x the {cfg.eval_every} steps between evals"
+    )
+    print(
+        f"checkpoint                         {ckpt_mb:8.2f} MB  (x {6000 // cfg.ckpt_every + 1} for 6000 steps "
+        f"at ckpt_every={cfg.ckpt_every}: {ckpt_mb * (6000 // cfg.ckpt_every + 1):.0f} MB)"
+    )
     print(f"selector-lens --help               {cli:8.2f} s")
 
 

@@ -20,7 +20,9 @@ from bench_core import timed, toolkit_steps  # benchmarks/ is on sys.path when r
 ROUNDS = 5
 
 
-def step_gemms(cfg: sl.ModelConfig, batch: int, seq: int, vocab: int) -> list[tuple[int, int, int, int]]:
+def step_gemms(
+    cfg: sl.ModelConfig, batch: int, seq: int, vocab: int
+) -> list[tuple[int, int, int, int]]:
     """(count, m, k, n) of the step's matmuls: X[m, k] @ W[k, n], forward and backward."""
     rows, d, hd = batch * seq, cfg.d_model, cfg.n_heads * cfg.d_head
     linear = [(d, 3 * hd), (hd, d), (d, cfg.d_mlp), (cfg.d_mlp, d)]  # QKV, O, MLP in, MLP out
@@ -74,11 +76,17 @@ def main() -> None:
     floor, toolkit, plain_s = (statistics.median(r[i] for r in rounds) for i in range(3))
     r_tool = statistics.median(r[1] / r[0] for r in rounds)
     r_plain = statistics.median(r[2] / r[0] for r in rounds)
-    print(f"matmul floor of one step: {floor * 1e3:7.1f} ms ({flops / 1e9:.1f} GFLOP, {flops / floor / 1e9:.0f} GFLOP/s)")
-    print(f"toolkit train step:       {toolkit * 1e3:7.1f} ms = {r_tool:.2f} x floor  (fused.forward; "
-          f"rounds {', '.join(f'{r[1] / r[0]:.2f}' for r in rounds)})")
-    print(f"plain HookedTransformer:  {plain_s * 1e3:7.1f} ms = {r_plain:.2f} x floor  "
-          f"(rounds {', '.join(f'{r[2] / r[0]:.2f}' for r in rounds)})")
+    print(
+        f"matmul floor of one step: {floor * 1e3:7.1f} ms ({flops / 1e9:.1f} GFLOP, {flops / floor / 1e9:.0f} GFLOP/s)"
+    )
+    print(
+        f"toolkit train step:       {toolkit * 1e3:7.1f} ms = {r_tool:.2f} x floor  (fused.forward; "
+        f"rounds {', '.join(f'{r[1] / r[0]:.2f}' for r in rounds)})"
+    )
+    print(
+        f"plain HookedTransformer:  {plain_s * 1e3:7.1f} ms = {r_plain:.2f} x floor  "
+        f"(rounds {', '.join(f'{r[2] / r[0]:.2f}' for r in rounds)})"
+    )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,16 @@ CHROMIUM = "/usr/bin/chromium"
 def tiny(**kw) -> sl.TrainConfig:
     """A config that trains in about a second: K=3, 12 bases, a 2-layer model."""
     task = sl.SelectorTask(**{"k": 3, "n_bases": 12, **kw.pop("task", {})})
-    model = sl.ModelConfig(**{"n_layers": 2, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp": 64, **kw.pop("model", {})})
+    model = sl.ModelConfig(
+        **{
+            "n_layers": 2,
+            "n_heads": 2,
+            "d_model": 32,
+            "d_head": 16,
+            "d_mlp": 64,
+            **kw.pop("model", {}),
+        }
+    )
     base = dict(steps=40, batch_size=16, lr=3e-3, eval_every=10, ckpt_every=20)
     return sl.TrainConfig(task=task, model=model, **{**base, **kw})
 
@@ -69,8 +78,12 @@ def cli(*args, cwd=None) -> CliResult:
 
 def cli_process(*args, cwd=None) -> subprocess.CompletedProcess:
     """The real console script in a fresh interpreter: exit codes and import costs."""
-    return subprocess.run([sys.executable, "-m", "selector_lens", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "selector_lens", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
 
 
 def render(path):
@@ -81,8 +94,16 @@ def render(path):
         pytest.skip("chromium not installed (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
         page = browser.new_page(viewport={"width": 1300, "height": 900})
@@ -96,7 +117,8 @@ def render(path):
         figs = page.locator("div.fig").count()
         rendered = page.evaluate(
             "Array.from(document.querySelectorAll('div.fig')).filter("
-            "d => d.querySelector('svg.main-svg') && d.querySelector('.plot-container').offsetHeight > 100).length")
+            "d => d.querySelector('svg.main-svg') && d.querySelector('.plot-container').offsetHeight > 100).length"
+        )
         shot = page.screenshot(full_page=True)
         browser.close()
     return errors, requests, figs, rendered, shot

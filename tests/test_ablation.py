@@ -65,7 +65,9 @@ def test_mean_and_resample_match_a_hand_written_forward(setup):
         return act
 
     got_mean = sl.evaluate(model, es, intervention=head_ablation(model, es, [(1, 1)], "mean"))
-    got_res = sl.evaluate(model, es, intervention=head_ablation(model, es, [(1, 1)], "resample", seed=3))
+    got_res = sl.evaluate(
+        model, es, intervention=head_ablation(model, es, [(1, 1)], "resample", seed=3)
+    )
     assert got_mean["loss"] == pytest.approx(full_loss_with(model, es, mean_hook), abs=1e-5)
     assert got_res["loss"] == pytest.approx(full_loss_with(model, es, resample_hook), abs=1e-5)
     assert (src != torch.arange(len(src))).all()
@@ -74,20 +76,33 @@ def test_mean_and_resample_match_a_hand_written_forward(setup):
 def test_mean_ablation_over_a_constant_input_is_a_no_op(setup):
     model, es = setup
     one = lambda t: t[:1].repeat(6, *([1] * (t.dim() - 1)))
-    const = dataclasses.replace(es, tokens=one(es.tokens), deranged=None, candidates=one(es.candidates),
-                                correct=one(es.correct), group_pos=torch.zeros(6, dtype=torch.long),
-                                groups=es.groups[:1])
+    const = dataclasses.replace(
+        es,
+        tokens=one(es.tokens),
+        deranged=None,
+        candidates=one(es.candidates),
+        correct=one(es.correct),
+        group_pos=torch.zeros(6, dtype=torch.long),
+        groups=es.groups[:1],
+    )
     clean = sl.evaluate(model, const)
-    ablated = sl.evaluate(model, const, intervention=head_ablation(model, const, [(0, 0), (1, 1)], "mean"))
+    ablated = sl.evaluate(
+        model, const, intervention=head_ablation(model, const, [(0, 0), (1, 1)], "mean")
+    )
     # every forward over the data is unchanged (the candidate loss also scores sequences that
     # are not in the data, whose head outputs differ from the data's mean by design)
     for key in ("loss", "first_target_loss", "token_acc"):
         assert ablated[key] == pytest.approx(clean[key], abs=1e-6), key
 
 
-@pytest.mark.parametrize("heads,words", [([(2, 0)], "layer 2 out of range: the model has layers 0..1"),
-                                         ([(0, 5)], "head 5 out of range: the model has heads 0..1"),
-                                         ([], "no heads")])
+@pytest.mark.parametrize(
+    "heads,words",
+    [
+        ([(2, 0)], "layer 2 out of range: the model has layers 0..1"),
+        ([(0, 5)], "head 5 out of range: the model has heads 0..1"),
+        ([], "no heads"),
+    ],
+)
 def test_bad_heads(setup, heads, words):
     model, es = setup
     with pytest.raises(sl.SelectorLensError, match=words):
@@ -107,14 +122,18 @@ def test_ablate_heads_over_a_run(trained):
     stored = trained.metrics.set_index("step")
     for _, row in table.iterrows():
         assert row.clean_candidate_loss == stored.loc[row.step, "candidate_loss"]
-        assert row.delta_candidate_loss == pytest.approx(row.ablated_candidate_loss - row.clean_candidate_loss)
+        assert row.delta_candidate_loss == pytest.approx(
+            row.ablated_candidate_loss - row.clean_candidate_loss
+        )
     model = trained.model_at(60)
     es = trained.eval_set()
     direct = sl.evaluate(model, es, intervention=head_ablation(model, es, [(0, 1)], "zero"))
     assert table.ablated_loss.iloc[-1] == pytest.approx(direct["loss"], abs=1e-7)
     keep = sl.ablate_heads(trained, [(0, 1)], mode="zero", steps=[60], keep_only=True)
     everything_else = head_ablation(model, es, [(0, 0), (1, 0), (1, 1)], "zero")
-    assert keep.ablated_loss.iloc[0] == pytest.approx(sl.evaluate(model, es, intervention=everything_else)["loss"], abs=1e-7)
+    assert keep.ablated_loss.iloc[0] == pytest.approx(
+        sl.evaluate(model, es, intervention=everything_else)["loss"], abs=1e-7
+    )
 
 
 def planted(run, keep: tuple[int, int], out):
@@ -166,8 +185,14 @@ def test_cascade_onsets_on_a_synthetic_log(tmp_path):
     rows = []
     for step in range(0, 1100, 100):
         attn = [[0.2, 0.6 if step >= 400 else 0.1], [0.3, 0.3]]
-        rows.append({"step": step, "attn_to_z": attn, "dz": 0.5 if step >= 600 else 0.01,
-                     "candidate_loss": 0.1 if step >= 800 else math.log(3)})
+        rows.append(
+            {
+                "step": step,
+                "attn_to_z": attn,
+                "dz": 0.5 if step >= 600 else 0.01,
+                "candidate_loss": 0.1 if step >= 800 else math.log(3),
+            }
+        )
     (tmp_path / "r" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     c = sl.cascade(sl.Run.open(tmp_path / "r"), head=(0, 1))
     assert (c["routing_head"], c["attn_onset"], c["dz_onset"], c["tau"]) == ("L0H1", 400, 600, 800)
@@ -180,11 +205,15 @@ def test_step_selection(trained):
     assert trained.select_steps() == [0, 20, 40, 60]
     assert trained.select_steps(every=2) == [0, 40]
     assert trained.select_steps(step=40) == [40]
-    with pytest.raises(sl.SelectorLensError, match=r"no checkpoint at step 30 .*nearest: 0, 20, 40"):
+    with pytest.raises(
+        sl.SelectorLensError, match=r"no checkpoint at step 30 .*nearest: 0, 20, 40"
+    ):
         trained.select_steps(step=30)
     series = trained.series([20, 40])
     seen = [(s, id(m)) for s, m in series]
-    assert [s for s, _ in seen] == [20, 40] and seen[0][1] == seen[1][1]  # one model, loaded in place
+    assert [s for s, _ in seen] == [20, 40] and seen[0][1] == seen[1][
+        1
+    ]  # one model, loaded in place
 
 
 def test_phases_need_a_transition(tmp_path):
@@ -212,13 +241,21 @@ def test_attention_to_z_from_checkpoints_equals_the_stored_metrics(trained):
     assert ((target.entropy >= 0) & (target.entropy <= torch.log(torch.tensor(16.0)).item())).all()
     pats = sl.attention_patterns(trained.model_at(60), trained.task_data.tokens[:3])
     assert pats.shape == (2, 2, 16, 16)
-    assert torch.allclose(pats.sum(-1), torch.ones(2, 2, 16), atol=1e-5) and pats.triu(1).abs().max() == 0
+    assert (
+        torch.allclose(pats.sum(-1), torch.ones(2, 2, 16), atol=1e-5)
+        and pats.triu(1).abs().max() == 0
+    )
 
 
 def test_around_tau_selection(trained):
     assert trained.tau() == 50  # this seed's tiny run crosses 0.5 log K at the step-50 eval
     assert trained.select_steps(around_tau=0.5) == [40, 60]  # checkpoints within [25, 75]
-    assert trained.phases() == {"pre": 20, "mid": 40, "post": 60, "final": 60}  # nearest to 12.5, 37.5, 75
+    assert trained.phases() == {
+        "pre": 20,
+        "mid": 40,
+        "post": 60,
+        "final": 60,
+    }  # nearest to 12.5, 37.5, 75
 
 
 def test_prune_keeps_the_dense_window(tmp_path):

@@ -10,12 +10,47 @@ import selector_lens as sl
 from selector_lens.cli import app
 from tests.helpers import cli, cli_process
 
-TINY = ["--k", "3", "--n-bases", "8", "--n-layers", "1", "--n-heads", "2", "--d-model", "32",
-        "--d-head", "16", "--d-mlp", "64", "--eval-every", "5", "--ckpt-every", "10", "--batch-size", "8"]
+TINY = [
+    "--k",
+    "3",
+    "--n-bases",
+    "8",
+    "--n-layers",
+    "1",
+    "--n-heads",
+    "2",
+    "--d-model",
+    "32",
+    "--d-head",
+    "16",
+    "--d-mlp",
+    "64",
+    "--eval-every",
+    "5",
+    "--ckpt-every",
+    "10",
+    "--batch-size",
+    "8",
+]
 
 
-COMMANDS = ["train", "ablate-head", "attention", "logit-lens", "weights", "cascade", "patch", "landscape",
-            "dashboard", "sweep", "fit", "reproduce", "import", "publish", "prune"]
+COMMANDS = [
+    "train",
+    "ablate-head",
+    "attention",
+    "logit-lens",
+    "weights",
+    "cascade",
+    "patch",
+    "landscape",
+    "dashboard",
+    "sweep",
+    "fit",
+    "reproduce",
+    "import",
+    "publish",
+    "prune",
+]
 
 
 def test_help_lists_commands_and_each_has_examples():
@@ -45,12 +80,42 @@ def test_train_sets_every_option(monkeypatch, tmp_path):
     """Every option reaches the config the trainer gets (non-default values, one run of the CLI)."""
     from selector_lens import trainer
 
-    values = dict(k=4, n_bases=9, b_length=5, a_length=3, z_length=3, direction="a_to_b",
-                  unique_first_char=False, data_seed=5, parity="ours", n_layers=1, n_heads=3, d_model=24,
-                  d_head=8, d_mlp=40, act_fn="relu", normalization_type="none", n_ctx=20, steps=7,
-                  batch_size=5, lr=0.02, weight_decay=0.1, beta1=0.8, beta2=0.95, grad_clip=0.5,
-                  schedule="cosine", warmup_steps=2, eval_every=3, ckpt_every=4, eval_groups="all",
-                  early_stop=False, early_stop_frac=0.2, early_stop_evals=2, seed=9, device="auto")
+    values = dict(
+        k=4,
+        n_bases=9,
+        b_length=5,
+        a_length=3,
+        z_length=3,
+        direction="a_to_b",
+        unique_first_char=False,
+        data_seed=5,
+        parity="ours",
+        n_layers=1,
+        n_heads=3,
+        d_model=24,
+        d_head=8,
+        d_mlp=40,
+        act_fn="relu",
+        normalization_type="none",
+        n_ctx=20,
+        steps=7,
+        batch_size=5,
+        lr=0.02,
+        weight_decay=0.1,
+        beta1=0.8,
+        beta2=0.95,
+        grad_clip=0.5,
+        schedule="cosine",
+        warmup_steps=2,
+        eval_every=3,
+        ckpt_every=4,
+        eval_groups="all",
+        early_stop=False,
+        early_stop_frac=0.2,
+        early_stop_evals=2,
+        seed=9,
+        device="auto",
+    )
     assert set(values) == set(sl.config.OPTIONS)
     args = []
     for name, v in values.items():
@@ -65,18 +130,26 @@ def test_train_sets_every_option(monkeypatch, tmp_path):
     monkeypatch.setattr(trainer, "train", record)
     assert cli("train", *args, "--out", tmp_path / "r").returncode == 2
     cfg = seen["cfg"]
-    flat = {**{f.name: getattr(cfg.task, f.name) for f in fields(cfg.task)},
-            **{f.name: getattr(cfg.model, f.name) for f in fields(cfg.model)},
-            **{f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in ("task", "model")}}
+    flat = {
+        **{f.name: getattr(cfg.task, f.name) for f in fields(cfg.task)},
+        **{f.name: getattr(cfg.model, f.name) for f in fields(cfg.model)},
+        **{f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in ("task", "model")},
+    }
     flat["data_seed"], flat["seed"] = cfg.task.seed, cfg.seed
     assert flat == {**values, "normalization_type": None}
 
 
 @pytest.mark.parametrize(
     "args,words",
-    [(["--k", "0"], "k must be >= 1"), (["--k", "37"], "k=37 > 36"), (["--lr", "-1"], "lr must be positive"),
-     (["--batch-size", "0"], "batch_size"), (["--steps", "0"], "steps"), (["--direction", "up"], "unknown direction"),
-     (["--n-bases", "3000000000"], "n_bases=3000000000 exceeds")],
+    [
+        (["--k", "0"], "k must be >= 1"),
+        (["--k", "37"], "k=37 > 36"),
+        (["--lr", "-1"], "lr must be positive"),
+        (["--batch-size", "0"], "batch_size"),
+        (["--steps", "0"], "steps"),
+        (["--direction", "up"], "unknown direction"),
+        (["--n-bases", "3000000000"], "n_bases=3000000000 exceeds"),
+    ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, words):
     out = cli("train", *args)
@@ -85,8 +158,12 @@ def test_bad_input_is_one_line_and_exit_2(args, words):
 
 def test_the_console_script_exits_2_with_one_line():
     out = cli_process("train", "--k", "37")
-    assert out.returncode == 2 and out.stderr == "error: k=37 > 36: with unique_first_char the K targets of a " \
+    assert (
+        out.returncode == 2
+        and out.stderr
+        == "error: k=37 > 36: with unique_first_char the K targets of a "
         "base need K different first characters (turn unique_first_char off for larger K)\n"
+    )
 
 
 def test_train_json_summary_then_refuse_to_overwrite(tmp_path):
@@ -109,22 +186,45 @@ def test_cli_module_imports_no_torch():
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "checkpoints" / "r"
-    out = cli("train", *TINY, "--steps", "60", "--lr", "0.003", "--no-early-stop", "--out", str(path), "--json")
+    out = cli(
+        "train",
+        *TINY,
+        "--steps",
+        "60",
+        "--lr",
+        "0.003",
+        "--no-early-stop",
+        "--out",
+        str(path),
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     return path
 
 
 def test_ablate_head_json_and_alias(tiny_run):
-    alias = [sys.executable, "-c", "from selector_lens.cli import ablate_head_main; ablate_head_main()"]  # the script
-    out = subprocess.run([*alias, "--layer", "0", "--head", "1", "--mode", "zero", "--step", "60", "--json"],
-                         capture_output=True, text=True, cwd=tiny_run.parent.parent)  # latest run under checkpoints/
+    alias = [
+        sys.executable,
+        "-c",
+        "from selector_lens.cli import ablate_head_main; ablate_head_main()",
+    ]  # the script
+    out = subprocess.run(
+        [*alias, "--layer", "0", "--head", "1", "--mode", "zero", "--step", "60", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tiny_run.parent.parent,
+    )  # latest run under checkpoints/
     assert out.returncode == 0, out.stderr
     rec = json.loads(out.stdout)
     assert (rec["step"], rec["layer"], rec["head"], rec["mode"]) == (60, 0, 1, "zero")
     assert rec["delta"]["loss"] == pytest.approx(rec["ablated"]["loss"] - rec["clean"]["loss"])
     every = cli("ablate-head", "--run", str(tiny_run), "--all-heads", "--every", "3", "--json")
     recs = json.loads(every.stdout)
-    assert len(recs) == 3 * 2 and {r["step"] for r in recs} == {0, 30, 60}  # 7 checkpoints, every 3rd
+    assert len(recs) == 3 * 2 and {r["step"] for r in recs} == {
+        0,
+        30,
+        60,
+    }  # 7 checkpoints, every 3rd
     bad = cli("ablate-head", "--run", str(tiny_run), "--layer", "0", "--head", "2", "--step", "60")
     assert bad.returncode == 2 and "head 2 out of range: the model has heads 0..1" in bad.stderr
     bad = cli("ablate-head", "--run", str(tiny_run), "--layer", "1", "--head", "0", "--step", "60")
@@ -139,7 +239,9 @@ def test_ablate_head_json_and_alias(tiny_run):
 def test_attention_patch_cascade_json(tiny_run):
     att = json.loads(cli("attention", "--run", str(tiny_run), "--json").stdout)
     assert len(att) == 13 * 1 * 2 and {"step", "layer", "head", "attn_to_z"} <= set(att[0])
-    pat = json.loads(cli("patch", "--run", str(tiny_run), "--site", "resid_pre", "--step", "60", "--json").stdout)
+    pat = json.loads(
+        cli("patch", "--run", str(tiny_run), "--site", "resid_pre", "--step", "60", "--json").stdout
+    )
     assert len(pat) == 1 * 16 and all(r["step"] == 60 for r in pat)
     casc = cli("cascade", "--run", str(tiny_run), "--json")
     assert casc.returncode == 0, casc.stderr
@@ -147,8 +249,24 @@ def test_attention_patch_cascade_json(tiny_run):
 
 
 def test_landscape_json_and_bad_sample(tiny_run):
-    out = cli("landscape", "--run", str(tiny_run), "--step", "60", "--sample", "16", "--power-iters", "5",
-              "--lanczos-iters", "5", "--top-k", "2", "--noise-batches", "2", "--json")
+    out = cli(
+        "landscape",
+        "--run",
+        str(tiny_run),
+        "--step",
+        "60",
+        "--sample",
+        "16",
+        "--power-iters",
+        "5",
+        "--lanczos-iters",
+        "5",
+        "--top-k",
+        "2",
+        "--noise-batches",
+        "2",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     (rec,) = json.loads(out.stdout)
     assert rec["step"] == 60 and rec["sample"] == 16 and rec["top_k"] == 2 and rec["lambda_max"] > 0
@@ -164,18 +282,51 @@ def test_empty_and_missing_runs(tmp_path):
 
 
 def test_dashboard_command(tiny_run, tmp_path):
-    out = cli("dashboard", "--run", str(tiny_run), "-o", str(tmp_path / "d.html"), "--no-ablation",
-              "--patch-steps", "0", "--explorer-steps", "2")
+    out = cli(
+        "dashboard",
+        "--run",
+        str(tiny_run),
+        "-o",
+        str(tmp_path / "d.html"),
+        "--no-ablation",
+        "--patch-steps",
+        "0",
+        "--explorer-steps",
+        "2",
+    )
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "d.html").stat().st_size > 1e6 and "wrote" in out.stdout
-    bad = cli("dashboard", "--run", str(tiny_run), "-o", str(tmp_path / "e.html"), "--example", "999")
+    bad = cli(
+        "dashboard", "--run", str(tiny_run), "-o", str(tmp_path / "e.html"), "--example", "999"
+    )
     assert bad.returncode == 2 and "example 999 out of range" in bad.stderr
 
 
 def test_sweep_and_fit_commands(tmp_path):
-    grid = ["--grid", "k=3", "--grid", "n_bases=6,12", "--grid", "steps=40", "--grid", "n_layers=1",
-            "--grid", "d_model=32", "--grid", "d_head=16", "--grid", "d_mlp=64", "--grid", "batch_size=16",
-            "--grid", "lr=3e-3", "--grid", "eval_every=10", "--grid", "ckpt_every=20"]
+    grid = [
+        "--grid",
+        "k=3",
+        "--grid",
+        "n_bases=6,12",
+        "--grid",
+        "steps=40",
+        "--grid",
+        "n_layers=1",
+        "--grid",
+        "d_model=32",
+        "--grid",
+        "d_head=16",
+        "--grid",
+        "d_mlp=64",
+        "--grid",
+        "batch_size=16",
+        "--grid",
+        "lr=3e-3",
+        "--grid",
+        "eval_every=10",
+        "--grid",
+        "ckpt_every=20",
+    ]
     out = cli("sweep", *grid, "--out", str(tmp_path / "s"), "--workers", "2", "--json")
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
@@ -184,7 +335,9 @@ def test_sweep_and_fit_commands(tmp_path):
     assert fit.returncode == 0, fit.stderr
     body = json.loads(fit.stdout)
     assert len(body["runs"]) == 2 and (tmp_path / "s" / "fit.json").is_file()
-    assert (body["fits"]["tau_vs_D"] is None) == (sum(r["tau"] is not None for r in body["runs"]) < 2)
+    assert (body["fits"]["tau_vs_D"] is None) == (
+        sum(r["tau"] is not None for r in body["runs"]) < 2
+    )
     bad = cli("sweep", "--grid", "k=0,3", "--out", str(tmp_path / "t"))
     assert bad.returncode == 2 and "k must be >= 1" in bad.stderr
     none = cli("fit", str(tmp_path / "empty"))

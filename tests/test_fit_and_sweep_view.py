@@ -27,7 +27,11 @@ def test_tau_on_a_synthetic_curve():
 def test_power_law_fit_recovers_an_exact_law():
     x = np.array([1e3, 2e3, 5e3, 1e4, 2e4])
     fit = power_law_fit(x, 3.0 * x**1.2)
-    assert fit["alpha"] == pytest.approx(1.2) and fit["C"] == pytest.approx(3.0) and fit["r2"] == pytest.approx(1.0)
+    assert (
+        fit["alpha"] == pytest.approx(1.2)
+        and fit["C"] == pytest.approx(3.0)
+        and fit["r2"] == pytest.approx(1.0)
+    )
     assert fit["alpha_ci"][0] == pytest.approx(1.2) and fit["alpha_ci"][1] == pytest.approx(1.2)
 
 
@@ -48,8 +52,13 @@ def test_power_law_fit_interval_covers_a_noisy_law():
 def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
     for n_bases in (6, 12, 24):
-        sl.train(tiny(task={"n_bases": n_bases}, steps=120, early_stop_evals=2), out=root / f"nb{n_bases}")
-    sl.train(tiny(task={"n_bases": 18, "k": 2}, steps=120, early_stop_evals=2), out=root / "k2")  # D = 36 too
+        sl.train(
+            tiny(task={"n_bases": n_bases}, steps=120, early_stop_evals=2),
+            out=root / f"nb{n_bases}",
+        )
+    sl.train(
+        tiny(task={"n_bases": 18, "k": 2}, steps=120, early_stop_evals=2), out=root / "k2"
+    )  # D = 36 too
     sl.train(tiny(steps=10, lr=1e-5), out=root / "stuck")  # never transitions
     return root
 
@@ -93,7 +102,11 @@ def test_collective_transition_on_synthetic_groups():
         rows.append({"step": s, "group_correct": correct})
     out = collective_transition(rows, k=4, tau_step=500)
     assert out["groups"] == 10 and out["never_crossed"] == 1
-    assert out["crossed_by_half_tau"] == 0.0 and out["crossed_by_tau"] == 0.5 and out["crossed_by_1.5_tau"] == 0.9
+    assert (
+        out["crossed_by_half_tau"] == 0.0
+        and out["crossed_by_tau"] == 0.5
+        and out["crossed_by_1.5_tau"] == 0.9
+    )
     assert out["crossing_q10"] == 500 and out["crossing_q90"] == 600
     assert out["window_over_tau"] == pytest.approx(0.2)
     assert out["incremental_window_over_tau"] == pytest.approx(0.8 * 600 / 500)

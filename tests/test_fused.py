@@ -22,7 +22,9 @@ def trained_like(cfg: sl.ModelConfig, seed: int):
     return model
 
 
-@pytest.mark.parametrize("act_fn,norm", [("gelu", "LN"), ("gelu_new", "LN"), ("relu", None), ("silu", "LN")])
+@pytest.mark.parametrize(
+    "act_fn,norm", [("gelu", "LN"), ("gelu_new", "LN"), ("relu", None), ("silu", "LN")]
+)
 def test_fused_forward_equals_hooked_transformer(act_fn, norm):
     model = trained_like(sl.ModelConfig(n_layers=2, act_fn=act_fn, normalization_type=norm), 1)
     x = TASK.generate().tokens
@@ -38,7 +40,9 @@ def test_cached_passes_and_shared_past_equal_the_full_forward():
     mid, kv2 = fused.forward(model, x[:, 8:11], past=kv, keep_kv=True)
     torch.testing.assert_close(mid, full[:, 8:11], atol=1e-5, rtol=1e-5)
     # rows 0..3 each serve 3 continuation rows: the same prefix, three different targets
-    prefix = [(torch.cat([a, b], 2)[:4], torch.cat([c, d], 2)[:4]) for (a, c), (b, d) in zip(kv, kv2)]
+    prefix = [
+        (torch.cat([a, b], 2)[:4], torch.cat([c, d], 2)[:4]) for (a, c), (b, d) in zip(kv, kv2)
+    ]
     targets = x[:12, 11:]  # 12 continuations, 3 per prefix row
     got = fused.forward(model, targets, past=prefix, past_repeat=3)
     oracle = model(torch.cat([x[:4, :11].repeat_interleave(3, 0), targets], 1))[:, 11:]
@@ -65,10 +69,19 @@ def test_hooks_see_and_change_what_transformer_lens_hooks_do():
     def zero_in_place(z, hook):  # edits in place and returns None: TransformerLens keeps the edit
         z[:, :, 1] = 0.0
 
-    torch.testing.assert_close(fused.forward(model, x, fwd_hooks=[("blocks.1.attn.hook_z", zero_in_place)]), want,
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        fused.forward(model, x, fwd_hooks=[("blocks.1.attn.hook_z", zero_in_place)]),
+        want,
+        atol=1e-5,
+        rtol=1e-5,
+    )
     _, cache = model.run_with_cache(x)
-    torch.testing.assert_close(seen["blocks.0.attn.hook_pattern"], cache["blocks.0.attn.hook_pattern"], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        seen["blocks.0.attn.hook_pattern"],
+        cache["blocks.0.attn.hook_pattern"],
+        atol=1e-6,
+        rtol=1e-5,
+    )
 
 
 def test_attached_hooks_and_unknown_hook_points_are_refused():
@@ -93,7 +106,9 @@ def test_train_step_gradients_equal_the_hooked_transformer_loss_gradients():
     x = TASK.generate().tokens[:16]
     first = TASK.first_target_pos
     logits = model(x)[:, first:-1]
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, first + 1 :].reshape(-1))
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), x[:, first + 1 :].reshape(-1)
+    )
     want = torch.autograd.grad(loss, list(model.parameters()))
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: keep the weights, look at the grads
     got_loss = train_step([model], [opt], x[None], first, grad_clip=0.0)
@@ -114,7 +129,9 @@ def test_batched_models_train_like_separate_runs(tmp_path):
             assert x["candidate_loss"] == pytest.approx(y["candidate_loss"], abs=1e-4)
         wt, wa = t.model_at(30).state_dict(), a.model_at(30).state_dict()
         for k in wt:
-            if k.endswith("b_K"):  # softmax ignores a key bias: its gradient is rounding noise, which Adam scales up
+            if k.endswith(
+                "b_K"
+            ):  # softmax ignores a key bias: its gradient is rounding noise, which Adam scales up
                 continue
             torch.testing.assert_close(wt[k], wa[k], atol=1e-4, rtol=1e-3, msg=k)
 

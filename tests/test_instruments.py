@@ -25,9 +25,15 @@ def test_logit_lens_equals_ln_final_and_unembed_by_hand(run):
     _, cache = model.run_with_cache(es.tokens)
     correct, firsts = es.tokens[:, pos + 1], es.candidates[:, :, 0]
     for layer in range(L + 1):
-        x = cache[f"blocks.{layer}.hook_resid_pre"] if layer < L else cache[f"blocks.{L - 1}.hook_resid_post"]
+        x = (
+            cache[f"blocks.{layer}.hook_resid_pre"]
+            if layer < L
+            else cache[f"blocks.{L - 1}.hook_resid_post"]
+        )
         x = x[:, pos].double()
-        ln = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + model.cfg.eps)
+        ln = (x - x.mean(-1, keepdim=True)) / torch.sqrt(
+            x.var(-1, unbiased=False, keepdim=True) + model.cfg.eps
+        )
         ln = ln * model.ln_final.w.double() + model.ln_final.b.double()
         logits = ln @ model.W_U.double() + model.b_U.double()
         want = lens_metrics(logits[None], correct, firsts)[0]
@@ -37,7 +43,9 @@ def test_logit_lens_equals_ln_final_and_unembed_by_hand(run):
     # the last layer is the model's own prediction
     with torch.no_grad():
         own = model(es.tokens)[:, pos]
-    assert table.iloc[-1].p_correct == pytest.approx(lens_metrics(own[None], correct, firsts)[0]["p_correct"], abs=1e-5)
+    assert table.iloc[-1].p_correct == pytest.approx(
+        lens_metrics(own[None], correct, firsts)[0]["p_correct"], abs=1e-5
+    )
 
 
 def test_lens_metrics_on_known_logits():
@@ -45,7 +53,9 @@ def test_lens_metrics_on_known_logits():
     rows = lens_metrics(logits, torch.tensor([1]), torch.tensor([[0, 1]]))
     r = rows[0]
     assert r["p_correct"] == pytest.approx(0.25) and r["top1"] == 0.0
-    assert r["entropy"] == pytest.approx(-(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)), abs=1e-9)
+    assert r["entropy"] == pytest.approx(
+        -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)), abs=1e-9
+    )
     assert r["candidate_loss"] == pytest.approx(-math.log(0.25 / 0.75))
 
 
@@ -54,8 +64,16 @@ def test_weight_trajectory_on_hand_made_states():
     b = {"w": torch.tensor([[3.0, 1.0], [0.0, 4.0]]), "b": torch.tensor([0.0, 0.0])}
     c = {"w": torch.tensor([[3.0, 2.0], [0.0, 4.0]]), "b": torch.tensor([0.0, 1.0])}
     rows = trajectory([(0, a), (1, b), (2, c)])
-    assert rows[0]["total_norm"] == 5.0 and rows[0]["norm.w"] == 5.0 and math.isnan(rows[0]["displacement"])
-    assert rows[1]["displacement"] == 1.0 and rows[1]["disp.w"] == 1.0 and math.isnan(rows[1]["cosine"])
+    assert (
+        rows[0]["total_norm"] == 5.0
+        and rows[0]["norm.w"] == 5.0
+        and math.isnan(rows[0]["displacement"])
+    )
+    assert (
+        rows[1]["displacement"] == 1.0
+        and rows[1]["disp.w"] == 1.0
+        and math.isnan(rows[1]["cosine"])
+    )
     assert rows[2]["displacement"] == pytest.approx(math.sqrt(2))
     assert rows[2]["cosine"] == pytest.approx(1 / math.sqrt(2))  # (0,1,0,0,0,0) . (0,1,0,0,0,1)
     assert rows[2]["total_norm"] == pytest.approx(math.sqrt(9 + 4 + 16 + 1))
@@ -84,7 +102,11 @@ def test_cli_logit_lens_and_weights_json(run):
     out = cli("weights", "--run", str(run.path), "--json")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
-    assert [r["step"] for r in rows] == run.steps and {"total_norm", "displacement", "cosine"} <= set(rows[0])
+    assert [r["step"] for r in rows] == run.steps and {
+        "total_norm",
+        "displacement",
+        "cosine",
+    } <= set(rows[0])
     bad = cli("logit-lens", "--run", str(run.path), "--step", "41")
     assert bad.returncode == 2 and "no checkpoint at step 41" in bad.stderr
 

@@ -16,7 +16,9 @@ FIRST = TASK.first_target_pos
 @pytest.fixture(scope="module")
 def small():
     """A 1-layer model with ~600 parameters, its data, and its exact Hessian (float64)."""
-    model = sl.build_model(sl.ModelConfig(n_layers=1, n_heads=1, d_model=4, d_head=4, d_mlp=8), TASK, 5)
+    model = sl.build_model(
+        sl.ModelConfig(n_layers=1, n_heads=1, d_model=4, d_head=4, d_mlp=8), TASK, 5
+    )
     x = TASK.generate().tokens
     names = [n for n, _ in model.named_parameters()]
     shapes = [p.shape for _, p in model.named_parameters()]
@@ -65,9 +67,13 @@ def test_noise_share_along_the_top_direction_matches_the_exact_projection(small)
     top = evecs[:, -1:].T.float()  # exact top eigenvector
     curv = ls.Curvature(model.parameters(), lambda: ls.target_loss(model, x, FIRST))
     batches = [x[:5], x[5:12], x[12:]]
-    got = ls.noise_share(curv, top, [(lambda b=b: ls.target_loss(model, b, FIRST)) for b in batches])
+    got = ls.noise_share(
+        curv, top, [(lambda b=b: ls.target_loss(model, b, FIRST)) for b in batches]
+    )
     mean = curv.gradient().double()
-    noise = [curv.gradient(lambda b=b: ls.target_loss(model, b, FIRST)).double() - mean for b in batches]
+    noise = [
+        curv.gradient(lambda b=b: ls.target_loss(model, b, FIRST)).double() - mean for b in batches
+    ]
     want = sum(float((top.double() @ n) ** 2) for n in noise) / sum(float(n @ n) for n in noise)
     assert got["noise_share_top"] == pytest.approx(want, rel=1e-5)
     assert got["random_share"] == pytest.approx(1 / curv.n)
@@ -75,7 +81,9 @@ def test_noise_share_along_the_top_direction_matches_the_exact_projection(small)
 
 def test_landscape_of_a_run_reports_its_sample_and_geometry(tmp_path):
     run = sl.train(tiny(steps=20, early_stop=False), out=tmp_path / "r")
-    df = ls.landscape(run, steps=[0, 20], sample=24, power_iters=10, lanczos_iters=10, top_k=2, noise_batches=3)
+    df = ls.landscape(
+        run, steps=[0, 20], sample=24, power_iters=10, lanczos_iters=10, top_k=2, noise_batches=3
+    )
     assert list(df.step) == [0, 20] and (df["sample"] == 24).all() and (df.noise_batch == 16).all()
     assert (df.lambda_max > 0).all() and (df.lambda_min <= df.lambda_max).all()
     assert (df.lambda_max == df[["lambda_max_power", "lambda_max_lanczos"]].max(axis=1)).all()

@@ -17,8 +17,16 @@ def naive_metrics(model, es):
         out = {"loss": -tok.mean().item(), "first_target_loss": -tok[:, 0].mean().item()}
         if task.has_candidates:
             C = es.candidates.shape[1]
-            seqs = torch.cat([es.tokens[:, None, :S].expand(N, C, S), es.candidates], -1).reshape(N * C, -1)
-            lp = model(seqs).log_softmax(-1)[:, S - 1 : -1].gather(-1, seqs[:, S:, None]).sum((1, 2)).reshape(N, C)
+            seqs = torch.cat([es.tokens[:, None, :S].expand(N, C, S), es.candidates], -1).reshape(
+                N * C, -1
+            )
+            lp = (
+                model(seqs)
+                .log_softmax(-1)[:, S - 1 : -1]
+                .gather(-1, seqs[:, S:, None])
+                .sum((1, 2))
+                .reshape(N, C)
+            )
             out["candidate_loss"] = -lp.log_softmax(-1)[torch.arange(N), es.correct].mean().item()
             out["candidate_acc"] = (lp.argmax(-1) == es.correct).float().mean().item()
         if es.deranged is not None:
@@ -26,7 +34,10 @@ def naive_metrics(model, es):
             out["dz"] = -shuf.mean().item() - out["first_target_loss"]
             _, cache = model.run_with_cache(es.tokens)
             out["attn_to_z"] = torch.stack(
-                [cache["pattern", l][:, :, S - 1, task.z_positions].sum(-1).mean(0) for l in range(model.cfg.n_layers)]
+                [
+                    cache["pattern", l][:, :, S - 1, task.z_positions].sum(-1).mean(0)
+                    for l in range(model.cfg.n_layers)
+                ]
             )
     return out
 
@@ -34,7 +45,9 @@ def naive_metrics(model, es):
 @pytest.mark.parametrize("direction", ["bz_to_a", "b_to_a", "a_to_b", "az_to_b"])
 def test_cached_evaluation_equals_full_forward_oracle(direction):
     task = sl.SelectorTask(k=4, n_bases=6, direction=direction)
-    model = sl.build_model(sl.ModelConfig(n_layers=2, n_heads=2, d_model=32, d_head=16, d_mlp=64), task, seed=1)
+    model = sl.build_model(
+        sl.ModelConfig(n_layers=2, n_heads=2, d_model=32, d_head=16, d_mlp=64), task, seed=1
+    )
     es = make_eval_set(task.generate())
     got = sl.evaluate(model, es, max_rows=10)  # several chunks
     want = naive_metrics(model, es)
@@ -44,7 +57,11 @@ def test_cached_evaluation_equals_full_forward_oracle(direction):
         else:
             assert got[key] is None, key
     if "attn_to_z" in want:
-        assert torch.allclose(torch.tensor(got["attn_to_z"], dtype=torch.float64), want["attn_to_z"].double(), atol=1e-6)
+        assert torch.allclose(
+            torch.tensor(got["attn_to_z"], dtype=torch.float64),
+            want["attn_to_z"].double(),
+            atol=1e-6,
+        )
     else:
         assert got["attn_to_z"] is None
     assert (got["group_correct"] is None) == (not task.has_candidates)
@@ -85,9 +102,16 @@ def test_z_blind_model_has_no_z_gap_and_candidate_loss_of_its_marginal():
     seqs = torch.cat([es.tokens[:, None, :11].expand(-1, 5, 11), es.candidates], -1).reshape(-1, 16)
     with torch.no_grad():
         logits = model.run_with_hooks(seqs, fwd_hooks=hooks)
-        lp = logits.log_softmax(-1)[:, 10:-1].gather(-1, seqs[:, 11:, None]).sum((1, 2)).reshape(-1, 5)
+        lp = (
+            logits.log_softmax(-1)[:, 10:-1]
+            .gather(-1, seqs[:, 11:, None])
+            .sum((1, 2))
+            .reshape(-1, 5)
+        )
     p = lp.log_softmax(-1)
-    assert torch.allclose(p, p[::5].repeat_interleave(5, 0), atol=1e-5)  # same distribution for every z
+    assert torch.allclose(
+        p, p[::5].repeat_interleave(5, 0), atol=1e-5
+    )  # same distribution for every z
     # the candidate loss of a z-blind model: per group, the cross-entropy of uniform vs its p
     oracle = -p[::5].mean().item()
     assert m["candidate_loss"] == pytest.approx(oracle, abs=1e-5)
@@ -104,8 +128,12 @@ def test_derangement_has_no_fixed_point_and_keeps_the_z_marginal():
     assert (clean != shuf).any(-1).all()  # no example keeps its own z
     assert torch.equal(es.deranged[:, :8], es.tokens[:, :8])  # B untouched
     for g in range(30):  # within each group the z's are permuted, not resampled
-        assert sorted(map(tuple, clean[g * 4 : g * 4 + 4].tolist())) == sorted(map(tuple, shuf[g * 4 : g * 4 + 4].tolist()))
-    assert make_eval_set(sl.SelectorTask(k=1, n_bases=3).generate()).deranged is None  # K=1: undefined
+        assert sorted(map(tuple, clean[g * 4 : g * 4 + 4].tolist())) == sorted(
+            map(tuple, shuf[g * 4 : g * 4 + 4].tolist())
+        )
+    assert (
+        make_eval_set(sl.SelectorTask(k=1, n_bases=3).generate()).deranged is None
+    )  # K=1: undefined
 
 
 def test_eval_groups_subset_is_whole_seeded_groups():
@@ -116,7 +144,9 @@ def test_eval_groups_subset_is_whole_seeded_groups():
     assert len(make_eval_set(data, "all").groups) == 300 and len(make_eval_set(data, 7).groups) == 7
     with pytest.raises(sl.SelectorLensError, match="eval_groups"):
         make_eval_set(data, "some")
-    again = make_eval_set(data, "all", seed=1, groups=a.groups.tolist())  # a run's recorded groups win
+    again = make_eval_set(
+        data, "all", seed=1, groups=a.groups.tolist()
+    )  # a run's recorded groups win
     assert torch.equal(again.tokens, a.tokens) and torch.equal(again.deranged, a.deranged)
 
 

@@ -19,8 +19,10 @@ from selector_lens.trainer import lr_at, train_step
 from tests.helpers import tiny
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "synass-k10"
-needs_fixture = pytest.mark.skipif(not (FIXTURE / "config.yaml").is_file(),
-                                   reason=f"the paper-code fixture {FIXTURE} is absent (../shared not mounted)")
+needs_fixture = pytest.mark.skipif(
+    not (FIXTURE / "config.yaml").is_file(),
+    reason=f"the paper-code fixture {FIXTURE} is absent (../shared not mounted)",
+)
 PAPER_TASK = sl.SelectorTask(k=10, n_bases=1000, seed=42, parity="paper")
 
 
@@ -39,14 +41,24 @@ def paper_data():
 @needs_fixture
 def test_parity_data_is_the_papers_string_for_string(paper_data):
     theirs = [json.loads(line) for line in (FIXTURE / "examples.jsonl").read_text().splitlines()]
-    ours = [{"b": paper_data.bases[g], "z": paper_data.zs[i], "a": paper_data.targets[g][i]}
-            for g in range(1000) for i in range(10)]
+    ours = [
+        {"b": paper_data.bases[g], "z": paper_data.zs[i], "a": paper_data.targets[g][i]}
+        for g in range(1000)
+        for i in range(10)
+    ]
     assert ours == theirs
     # the tokenizer's ids: PAD 0, BOS 1, EOS 2, SEP 3, characters 4..39
     first = theirs[0]
     chars = "abcdefghijklmnopqrstuvwxyz0123456789"
-    want = [1, *[4 + chars.index(c) for c in first["b"]], 3, *[4 + chars.index(c) for c in first["z"]], 3,
-            *[4 + chars.index(c) for c in first["a"]], 2]
+    want = [
+        1,
+        *[4 + chars.index(c) for c in first["b"]],
+        3,
+        *[4 + chars.index(c) for c in first["z"]],
+        3,
+        *[4 + chars.index(c) for c in first["a"]],
+        2,
+    ]
     assert paper_data.tokens[0].tolist() == want
 
 
@@ -65,19 +77,27 @@ def test_100_parity_steps_track_the_papers_loss_and_weights(paper_data):
     cfg = sl.TrainConfig(task=PAPER_TASK)
     model = build_model(cfg.model, cfg.task, cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    order = PaperBatchOrder(cfg.task.n_examples, cfg.batch_size, rng_after_init(cfg.model, cfg.task))
+    order = PaperBatchOrder(
+        cfg.task.n_examples, cfg.batch_size, rng_after_init(cfg.model, cfg.task)
+    )
     losses = []
     for step in range(1, 101):
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, step)
         batch = paper_data.tokens[order.indices(step)][None]
-        losses.append(train_step([model], [opt], batch, cfg.task.first_target_pos, cfg.grad_clip).item())
+        losses.append(
+            train_step([model], [opt], batch, cfg.task.first_target_pos, cfg.grad_clip).item()
+        )
     history = json.loads((FIXTURE / "training_history.json").read_text())
     # its train loss at steps 50 and 100 is the mean of the last 50 steps' losses: same batches, same loss
     assert sum(losses[:50]) / 50 == pytest.approx(history["train_loss"][0], abs=1e-5)
     assert sum(losses[50:]) / 50 == pytest.approx(history["train_loss"][1], abs=1e-5)
     ref = torch.load(FIXTURE / "checkpoints" / "step_000100" / "model.pt", weights_only=True)
-    drift = max((model.state_dict()[k] - ref[k]).abs().max().item() for k in ref if ref[k].is_floating_point())
+    drift = max(
+        (model.state_dict()[k] - ref[k]).abs().max().item()
+        for k in ref
+        if ref[k].is_floating_point()
+    )
     assert drift < 1e-3  # float drift of another forward pass (measured: 1.3e-4 after 100 steps)
 
 
@@ -92,9 +112,13 @@ def test_paper_batch_order_is_an_epoch_permutation_with_a_short_last_batch():
 
 def test_paper_lr_is_its_cosine_over_50k_steps():
     assert lr_factor(1) == 1.0
-    assert lr_factor(3701) == pytest.approx(0.5 * (1 + torch.cos(torch.tensor(3700 / 50_000 * 3.14159)).item()))
+    assert lr_factor(3701) == pytest.approx(
+        0.5 * (1 + torch.cos(torch.tensor(3700 / 50_000 * 3.14159)).item())
+    )
     assert 0.985 < lr_factor(3701) < 0.987
-    with pytest.raises(SelectorLensError, match="parity 'paper' follows the paper code's own lr schedule"):
+    with pytest.raises(
+        SelectorLensError, match="parity 'paper' follows the paper code's own lr schedule"
+    ):
         sl.TrainConfig(task=PAPER_TASK, schedule="cosine")
 
 
@@ -140,10 +164,12 @@ def test_a_malformed_folder_gets_one_line(tmp_path):
 def test_a_crafted_pickle_is_refused_and_never_run(tmp_path):
     marker = Path("/tmp/selector-lens-pwned")
     marker.unlink(missing_ok=True)
-    cfg = {"experiment": {"seed": 1}, "data": {"n_unique_b": 4, "k": 3, "split_by_base": True,
-                                                "probe_fraction": 0.0},
-           "model": {"n_layers": 1, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp": 64},
-           "training": {"batch_size": 8}}
+    cfg = {
+        "experiment": {"seed": 1},
+        "data": {"n_unique_b": 4, "k": 3, "split_by_base": True, "probe_fraction": 0.0},
+        "model": {"n_layers": 1, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp": 64},
+        "training": {"batch_size": 8},
+    }
     import yaml
 
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -164,5 +190,10 @@ def test_checkpoints_written_before_parity_existed_still_belong_to_their_runs():
     from selector_lens.model import config_hash
 
     # the hash checkpoints of this config carried before the parity field was added
-    assert config_hash(sl.SelectorTask(k=10, n_bases=1000, seed=44), sl.ModelConfig()) == "29cc1261a3264a80"
-    assert config_hash(PAPER_TASK, sl.ModelConfig()) != config_hash(sl.SelectorTask(k=10, n_bases=1000), sl.ModelConfig())
+    assert (
+        config_hash(sl.SelectorTask(k=10, n_bases=1000, seed=44), sl.ModelConfig())
+        == "29cc1261a3264a80"
+    )
+    assert config_hash(PAPER_TASK, sl.ModelConfig()) != config_hash(
+        sl.SelectorTask(k=10, n_bases=1000), sl.ModelConfig()
+    )

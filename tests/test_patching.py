@@ -10,16 +10,22 @@ from selector_lens.interventions.patching import SITES
 def setup():
     task = sl.SelectorTask(k=4, n_bases=6)
     data = task.generate()
-    model = sl.build_model(sl.ModelConfig(n_layers=2, n_heads=2, d_model=32, d_head=16, d_mlp=64), task, seed=2)
+    model = sl.build_model(
+        sl.ModelConfig(n_layers=2, n_heads=2, d_model=32, d_head=16, d_mlp=64), task, seed=2
+    )
     corr = sl.z_corruption(data, examples=range(0, 24, 2))
     return model, corr, sl.normalized_logit_diff(model, corr)
 
 
 @pytest.mark.parametrize(
     "site,tl_fn",
-    [("resid_pre", tlp.get_act_patch_resid_pre), ("resid_mid", tlp.get_act_patch_resid_mid),
-     ("attn_out", tlp.get_act_patch_attn_out), ("mlp_out", tlp.get_act_patch_mlp_out),
-     ("z", tlp.get_act_patch_attn_head_out_by_pos)],
+    [
+        ("resid_pre", tlp.get_act_patch_resid_pre),
+        ("resid_mid", tlp.get_act_patch_resid_mid),
+        ("attn_out", tlp.get_act_patch_attn_out),
+        ("mlp_out", tlp.get_act_patch_mlp_out),
+        ("z", tlp.get_act_patch_attn_head_out_by_pos),
+    ],
 )
 def test_patch_equals_transformer_lens_patching(setup, site, tl_fn):
     model, corr, metric = setup
@@ -33,9 +39,18 @@ def test_patch_equals_transformer_lens_patching(setup, site, tl_fn):
 def test_resid_post_equals_the_generic_tl_patch(setup):
     model, corr, metric = setup
     _, clean_cache = model.run_with_cache(corr.clean)
-    want = tlp.generic_activation_patch(model, corr.corrupt, clean_cache, metric, tlp.layer_pos_patch_setter,
-                                        "resid_post", index_axis_names=("layer", "pos"))
-    assert torch.allclose(sl.patch(model, corr.clean, corr.corrupt, "resid_post", metric), want.float(), atol=1e-5)
+    want = tlp.generic_activation_patch(
+        model,
+        corr.corrupt,
+        clean_cache,
+        metric,
+        tlp.layer_pos_patch_setter,
+        "resid_post",
+        index_axis_names=("layer", "pos"),
+    )
+    assert torch.allclose(
+        sl.patch(model, corr.clean, corr.corrupt, "resid_post", metric), want.float(), atol=1e-5
+    )
 
 
 def test_invariants(setup):
@@ -54,7 +69,9 @@ def test_invariants(setup):
     # one position at a time: only the z positions differ between clean and corrupt
     each = sl.patch(model, corr.clean, corr.corrupt, "resid_pre", metric)
     others = [p for p in range(16) if p not in corr.z_positions]
-    assert each[0, others].abs().max().item() < 1e-5 and each[0, corr.z_positions].abs().min() > 1e-3
+    assert (
+        each[0, others].abs().max().item() < 1e-5 and each[0, corr.z_positions].abs().min() > 1e-3
+    )
 
 
 def test_all_positions_at_once_equals_tl_all_pos(setup):

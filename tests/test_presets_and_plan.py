@@ -24,8 +24,11 @@ def test_the_paper_preset_keeps_the_papers_settings():
     assert {o.get("eval_every", 50) * o.get("batch_size", 128) for o in batch} == {12_800}
     asym = runs["asymmetry"].values()
     assert sorted((o.get("direction", "bz_to_a"), o["seed"]) for o in asym) == sorted(
-        (d, s) for d in ("bz_to_a", "a_to_b") for s in (42, 43, 44))
-    assert len(runs["seeds"]) >= 3 and all(o["k"] == 10 and o["n_bases"] == 1000 for o in runs["seeds"].values())
+        (d, s) for d in ("bz_to_a", "a_to_b") for s in (42, 43, 44)
+    )
+    assert len(runs["seeds"]) >= 3 and all(
+        o["k"] == 10 and o["n_bases"] == 1000 for o in runs["seeds"].values()
+    )
 
 
 def test_a_run_two_studies_need_is_trained_once():
@@ -49,9 +52,19 @@ def test_a_name_taken_by_other_settings_gets_its_study_appended():
 
 
 def test_names_and_canonical_options():
-    assert presets.run_name(presets.canonical({"k": 20, "D": 20_000, "lr": 2e-3})) == "k20-nb1000-lr0.002-s42"
-    assert presets.run_name(presets.canonical({"k": 10, "direction": "a_to_b", "seed": 43})) == "k10-nb1000-a_to_b-s43"
-    assert presets.canonical({"k": 10, "lr": 1e-3, "batch_size": 128}) == {"k": 10, "n_bases": 1000, "seed": 42}
+    assert (
+        presets.run_name(presets.canonical({"k": 20, "D": 20_000, "lr": 2e-3}))
+        == "k20-nb1000-lr0.002-s42"
+    )
+    assert (
+        presets.run_name(presets.canonical({"k": 10, "direction": "a_to_b", "seed": 43}))
+        == "k10-nb1000-a_to_b-s43"
+    )
+    assert presets.canonical({"k": 10, "lr": 1e-3, "batch_size": 128}) == {
+        "k": 10,
+        "n_bases": 1000,
+        "seed": 42,
+    }
     with pytest.raises(SelectorLensError, match="unknown scale 'huge'"):
         presets.study_runs("huge")
 
@@ -60,12 +73,20 @@ def test_expected_tau_follows_the_papers_laws():
     base = presets.expected_tau({"k": 10, "n_bases": 1000})
     assert base == presets.TAU_REF
     assert presets.expected_tau({"k": 20, "n_bases": 1000}) == pytest.approx(base * 2**1.19)
-    assert presets.expected_tau({"k": 20, "n_bases": 500}) == pytest.approx(base)  # flat in K at fixed D
-    assert presets.expected_tau({"k": 10, "n_bases": 1000, "lr": 5e-3}) is None  # the paper: never escapes
-    assert presets.expected_tau({"k": 10, "n_bases": 1000, "batch_size": 256}) == pytest.approx(base / 2)
+    assert presets.expected_tau({"k": 20, "n_bases": 500}) == pytest.approx(
+        base
+    )  # flat in K at fixed D
+    assert (
+        presets.expected_tau({"k": 10, "n_bases": 1000, "lr": 5e-3}) is None
+    )  # the paper: never escapes
+    assert presets.expected_tau({"k": 10, "n_bases": 1000, "batch_size": 256}) == pytest.approx(
+        base / 2
+    )
     never = {"k": 20, "n_bases": 1000, "lr": 5e-3, "steps": 11000}
     assert expected_steps(never) == 11000
-    assert expected_steps({"k": 10, "n_bases": 1000, "steps": 5000}) == int(presets.STOP_OVER_TAU * base)
+    assert expected_steps({"k": 10, "n_bases": 1000, "steps": 5000}) == int(
+        presets.STOP_OVER_TAU * base
+    )
 
 
 def test_plan_adds_up_given_costs():
@@ -75,7 +96,11 @@ def test_plan_adds_up_given_costs():
         from selector_lens.metrics import resolve_eval_groups
 
         shapes[(o["k"], resolve_eval_groups(o.get("eval_groups", "auto"), o["n_bases"]))] = 1.0
-    costs = {"step": {64: 0.05, 128: 0.1, 256: 0.2, 512: 0.4}, "eval": shapes, "hvp_per_example": 0.001}
+    costs = {
+        "step": {64: 0.05, 128: 0.1, 256: 0.2, 512: 0.4},
+        "eval": shapes,
+        "hvp_per_example": 0.001,
+    }
     p = plan("paper", workers=2, costs=costs)
     rows = {r["run"]: r for r in p["runs"] if r["shared_with"] is None}
     assert len(rows) == len(runs)

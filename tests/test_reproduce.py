@@ -20,15 +20,35 @@ VERDICTS = {"reproduced", "partly", "not reproduced", "no result"}
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     root = tmp_path_factory.mktemp("repro")
-    out = cli("reproduce", "--scale", "tiny", "--executor", "batched", "--root", str(root), "-o",
-              str(root / "report.html"), "--json")
+    out = cli(
+        "reproduce",
+        "--scale",
+        "tiny",
+        "--executor",
+        "batched",
+        "--root",
+        str(root),
+        "-o",
+        str(root / "report.html"),
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     return root, json.loads(out.stdout)
 
 
 def test_every_claim_has_paper_ours_verdict_and_settings(report):
     root, summary = report
-    assert [c["number"] for c in summary["claims"]] == [1, 2, 3, 4, 5, 6, 7, 7, 8]  # 7 twice: ours, parity
+    assert [c["number"] for c in summary["claims"]] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        7,
+        8,
+    ]  # 7 twice: ours, parity
     for c in summary["claims"]:
         assert c["verdict"] in VERDICTS and c["paper"] and c["ours"] and c["settings"]
     page = (root / "report.html").read_text()
@@ -45,17 +65,32 @@ def test_report_numbers_come_from_the_study_outputs(report):
     assert [r["run"] for r in seeds] == ["k3-nb12-lr0.003-bs16-s1", "k3-nb12-lr0.003-bs16-s2"]
     geo = json.loads((root / "seeds" / "geometry.json").read_text())
     assert geo["settings"]["sample"] == studies.GEOMETRY["tiny"]["sample"]
-    assert all(r["sample"] == 24 for r in geo["rows"]) and f"{geo['rows'][0]['lambda_max']:.3g}" in claims[5]["ours"]
+    assert (
+        all(r["sample"] == 24 for r in geo["rows"])
+        and f"{geo['rows'][0]['lambda_max']:.3g}" in claims[5]["ours"]
+    )
     asym = json.loads((root / "asymmetry" / "asymmetry.json").read_text())
     assert asym["definition"].endswith("0.95") and len(asym["per_seed"]) == 1
 
 
 def test_a_second_reproduce_reuses_the_runs(report):
     root, first = report
-    written = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.suffix in (".jsonl", ".safetensors")}
+    written = {
+        p: p.stat().st_mtime_ns for p in root.rglob("*") if p.suffix in (".jsonl", ".safetensors")
+    }
     assert len(written) > 20
-    again = cli("reproduce", "--scale", "tiny", "--executor", "batched", "--root", str(root), "-o",
-                str(root / "again.html"), "--json")
+    again = cli(
+        "reproduce",
+        "--scale",
+        "tiny",
+        "--executor",
+        "batched",
+        "--root",
+        str(root),
+        "-o",
+        str(root / "again.html"),
+        "--json",
+    )
     assert again.returncode == 0, again.stderr
     second = json.loads(again.stdout)
     assert second["claims"] == first["claims"]  # same runs, same numbers
@@ -72,28 +107,37 @@ def test_the_report_rebuilds_from_published_files_alone(report, tmp_path):
     assert published["size_mb"] < 25
     # the dataset a published run regenerates is the one it trained on
     name = published["published"][0]
-    assert sl.Run.open(pub / "runs" / name).task_data.to_json() == sl.Run.open(root / "runs" / name).task_data.to_json()
+    assert (
+        sl.Run.open(pub / "runs" / name).task_data.to_json()
+        == sl.Run.open(root / "runs" / name).task_data.to_json()
+    )
     from selector_lens.viz.dashboard import run_dashboard
 
     page = run_dashboard(sl.Run.open(pub / "runs" / name), tmp_path / "run.html").read_text()
     assert "need the weights, which a published run leaves out" in page
     out = cli("reproduce", "--from", str(pub), "-o", str(tmp_path / "again.html"), "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["claims"] == json.loads((pub / "report.json").read_text())["claims"]
+    assert (
+        json.loads(out.stdout)["claims"] == json.loads((pub / "report.json").read_text())["claims"]
+    )
     assert (tmp_path / "again.html").stat().st_size > 0
 
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "analyses" / "results" / "paper"
 
 
-@pytest.mark.skipif(not (PUBLISHED / "report.json").is_file(), reason="no published paper-scale results")
+@pytest.mark.skipif(
+    not (PUBLISHED / "report.json").is_file(), reason="no published paper-scale results"
+)
 def test_the_published_paper_report_rebuilds_to_its_report_json(tmp_path):
     summary = reproduce(None, output=tmp_path / "paper.html", from_=PUBLISHED)
     assert summary["claims"] == json.loads((PUBLISHED / "report.json").read_text())["claims"]
 
 
 def test_plan_lists_every_run_and_trains_nothing(tmp_path):
-    out = cli("reproduce", "--scale", "tiny", "--plan", "--json", "--workers", "1", cwd=tmp_path)  # default root
+    out = cli(
+        "reproduce", "--scale", "tiny", "--plan", "--json", "--workers", "1", cwd=tmp_path
+    )  # default root
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     assert {r["run"] for r in plan["runs"]} == set(pool("tiny"))

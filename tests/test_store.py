@@ -36,7 +36,9 @@ def test_a_second_call_is_served_from_the_store(run, monkeypatch):
     calls = counting(monkeypatch)
     again = sl.ablate_each_head(run, [40, 20])
     assert calls == []
-    assert sorted(again.to_dict(orient="records"), key=str) == sorted(first.to_dict(orient="records"), key=str)
+    assert sorted(again.to_dict(orient="records"), key=str) == sorted(
+        first.to_dict(orient="records"), key=str
+    )
     assert len(list((run.path / STORE_DIR / "ablation").rglob("step_*.json"))) == 2
     sl.ablate_each_head(run, [20], recompute=True)
     assert calls == [[20]]
@@ -63,7 +65,9 @@ def test_other_parameters_other_weights_or_another_version_are_recomputed(run, m
     assert changed.ablated_loss.notna().all()
 
 
-def test_a_copied_run_keeps_its_store_and_a_published_one_serves_it_without_weights(run, tmp_path, monkeypatch):
+def test_a_copied_run_keeps_its_store_and_a_published_one_serves_it_without_weights(
+    run, tmp_path, monkeypatch
+):
     want = sl.ablate_each_head(run, [20])
     copy = sl.Run.open(shutil.copytree(run.path, tmp_path / "copy"))
     publish_run(run, tmp_path / "pub")

@@ -11,12 +11,24 @@ from selector_lens.sweep import SweepSpec, run_point, run_sweep
 from selector_lens.transition import scaling_fits
 from tests.helpers import train_until_killed
 
-TINY = {"n_layers": 1, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp": 64, "steps": 40,
-        "batch_size": 16, "lr": 3e-3, "eval_every": 10, "ckpt_every": 20}
+TINY = {
+    "n_layers": 1,
+    "n_heads": 2,
+    "d_model": 32,
+    "d_head": 16,
+    "d_mlp": 64,
+    "steps": 40,
+    "batch_size": 16,
+    "lr": 3e-3,
+    "eval_every": 10,
+    "ckpt_every": 20,
+}
 
 
 def test_from_options_from_flat_options():
-    cfg = from_options({"k": 4, "D": 40, "n_layers": 2, "lr": 2e-3, "seed": 7, "direction": "a_to_b"})
+    cfg = from_options(
+        {"k": 4, "D": 40, "n_layers": 2, "lr": 2e-3, "seed": 7, "direction": "a_to_b"}
+    )
     assert (cfg.task.k, cfg.task.n_bases, cfg.task.seed, cfg.task.direction) == (4, 10, 7, "a_to_b")
     assert (cfg.model.n_layers, cfg.lr, cfg.seed) == (2, 2e-3, 7)
     assert from_options({"k": 36, "D": 10_000}).task.n_bases == 278  # round(D / K): D = 10,008
@@ -66,8 +78,11 @@ def test_local_sweep_records_failures_and_goes_on(swept):
     root, spec, results = swept
     outcome = {r["run"].split("/")[-1]: r for r in results}
     assert {k: v["outcome"] for k, v in outcome.items()} == {
-        "n_bases6-seed1": "done", "n_bases12-seed1": "done",
-        "n_bases6-seed2": "failed", "n_bases12-seed2": "failed"}
+        "n_bases6-seed1": "done",
+        "n_bases12-seed1": "done",
+        "n_bases6-seed2": "failed",
+        "n_bases12-seed2": "failed",
+    }
     err = json.loads((root / "n_bases6-seed2" / "error.json").read_text())
     assert BLOCKED in err["error"] and "Traceback" in err["traceback"]
     assert sl.Run.open(root / "n_bases12-seed1").metric_rows()[-1]["step"] == 40
@@ -77,11 +92,16 @@ def test_local_sweep_records_failures_and_goes_on(swept):
 def test_a_cuda_point_trains_where_cuda_exists_and_fails_alone_where_not(tmp_path):
     import torch
 
-    res = run_sweep(SweepSpec({**TINY, "k": 3, "n_bases": 6, "steps": 10}, {"device": ["cpu", "cuda"]}), tmp_path)
+    res = run_sweep(
+        SweepSpec({**TINY, "k": 3, "n_bases": 6, "steps": 10}, {"device": ["cpu", "cuda"]}),
+        tmp_path,
+    )
     if torch.cuda.is_available():
         assert [r["outcome"] for r in res] == ["done", "done"]
     else:
-        assert [r["outcome"] for r in res] == ["done", "failed"] and "no CUDA device" in res[1]["error"]
+        assert [r["outcome"] for r in res] == ["done", "failed"] and "no CUDA device" in res[1][
+            "error"
+        ]
 
 
 def test_sweep_is_resumable(swept):
@@ -95,14 +115,23 @@ def test_sweep_is_resumable(swept):
 def test_a_killed_point_is_resumed(tmp_path, monkeypatch):
     options = {**TINY, "k": 3, "n_bases": 6}
     train_until_killed(from_options(options), tmp_path / "p", monkeypatch, evals=4)
-    assert run_point(options, str(tmp_path / "p"), 1)["outcome"] == "done"
+    threads = __import__(
+        "torch"
+    ).get_num_threads()  # all three parts on one thread count: same floats
+    assert run_point(options, str(tmp_path / "p"), threads)["outcome"] == "done"
     full = sl.train(from_options(options), out=tmp_path / "full").metric_rows()
-    assert [r["loss"] for r in sl.Run.open(tmp_path / "p").metric_rows()] == [r["loss"] for r in full]
+    assert [r["loss"] for r in sl.Run.open(tmp_path / "p").metric_rows()] == [
+        r["loss"] for r in full
+    ]
 
 
 def test_scaling_fits_on_an_exact_law():
-    rows = [{"run": f"r{i}", "k": k, "D": d, "tau": 0.05 * d**1.2} for i, (k, d) in
-            enumerate([(3, 300), (5, 1000), (10, 1000), (20, 1000), (10, 4000), (10, 10000)])]
+    rows = [
+        {"run": f"r{i}", "k": k, "D": d, "tau": 0.05 * d**1.2}
+        for i, (k, d) in enumerate(
+            [(3, 300), (5, 1000), (10, 1000), (20, 1000), (10, 4000), (10, 10000)]
+        )
+    ]
     fits = scaling_fits(pd.DataFrame(rows))
     assert fits["tau_vs_D"]["alpha"] == pytest.approx(1.2)
     assert fits["tau_vs_K"][1000]["alpha"] == pytest.approx(0.0, abs=1e-9)
@@ -139,11 +168,27 @@ def test_killing_a_sweep_leaves_no_worker_behind(tmp_path):
     import time
 
     spec = tmp_path / "s.yaml"
-    spec.write_text("base: {k: 3, n_bases: 12, steps: 100000, n_layers: 1, d_model: 32, d_head: 16, "
-                    "d_mlp: 64, batch_size: 16, eval_every: 50, ckpt_every: 1000, early_stop: false}\n"
-                    "grid: {seed: [1, 2]}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "selector_lens", "sweep", str(spec), "--out", str(tmp_path / "s"),
-                             "--workers", "2", "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    spec.write_text(
+        "base: {k: 3, n_bases: 12, steps: 100000, n_layers: 1, d_model: 32, d_head: 16, "
+        "d_mlp: 64, batch_size: 16, eval_every: 50, ckpt_every: 1000, early_stop: false}\n"
+        "grid: {seed: [1, 2]}\n"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "selector_lens",
+            "sweep",
+            str(spec),
+            "--out",
+            str(tmp_path / "s"),
+            "--workers",
+            "2",
+            "--json",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     metrics = tmp_path / "s" / "seed1" / "metrics.jsonl"
     for _ in range(120):  # wait until the workers are training
         if metrics.is_file() and metrics.stat().st_size > 0:
@@ -163,17 +208,27 @@ def test_batched_executor_trains_compatible_points_together(tmp_path, monkeypatc
     from selector_lens import trainer
 
     widths, real = [], trainer.train_step
-    monkeypatch.setattr(trainer, "train_step", lambda models, *a: widths.append(len(models)) or real(models, *a))
+    monkeypatch.setattr(
+        trainer, "train_step", lambda models, *a: widths.append(len(models)) or real(models, *a)
+    )
     spec = SweepSpec({**TINY, "n_bases": 8}, {"k": [2, 3, 4], "seed": [1, 2]})
     results = run_sweep(spec, tmp_path / "b", executor="batched")
     assert [r["outcome"] for r in results] == ["done"] * 6
-    assert max(widths) == 6 and min(widths) == 2  # all at once; split by batch rows when they differ
+    assert (
+        max(widths) == 6 and min(widths) == 2
+    )  # all at once; split by batch rows when they differ
     monkeypatch.setattr(trainer, "train_step", real)
     solo = sl.train(from_options({**TINY, "n_bases": 8, "k": 3, "seed": 2}), out=tmp_path / "solo")
     got = sl.Run.open(tmp_path / "b" / "k3-seed2").metric_rows()
-    assert [r["loss"] for r in got] == pytest.approx([r["loss"] for r in solo.metric_rows()], abs=1e-4)
+    assert [r["loss"] for r in got] == pytest.approx(
+        [r["loss"] for r in solo.metric_rows()], abs=1e-4
+    )
     again = run_sweep(spec, tmp_path / "b", executor="batched")  # finished points are skipped
     assert {r["outcome"] for r in again} == {"skipped"}
     block(tmp_path / "c" / "seed2", {**TINY, "n_bases": 8, "k": 3, "seed": 2})
-    bad = run_sweep(SweepSpec({**TINY, "n_bases": 8, "k": 3}, {"seed": [1, 2]}), tmp_path / "c", executor="batched")
+    bad = run_sweep(
+        SweepSpec({**TINY, "n_bases": 8, "k": 3}, {"seed": [1, 2]}),
+        tmp_path / "c",
+        executor="batched",
+    )
     assert [r["outcome"] for r in bad] == ["done", "failed"] and BLOCKED in bad[1]["error"]

@@ -44,13 +44,26 @@ def test_deterministic_per_seed():
 
 @pytest.mark.parametrize(
     "direction,length,zpos,first",
-    [("bz_to_a", 16, [8, 9], 10), ("b_to_a", 13, [], 7), ("a_to_b", 13, [], 5), ("az_to_b", 16, [6, 7], 8)],
+    [
+        ("bz_to_a", 16, [8, 9], 10),
+        ("b_to_a", 13, [], 7),
+        ("a_to_b", 13, [], 5),
+        ("az_to_b", 16, [6, 7], 8),
+    ],
 )
 def test_directions(direction, length, zpos, first):
     task = SelectorTask(k=3, n_bases=4, direction=direction)
     data = task.generate()
-    assert data.tokens.shape == (12, length) and task.z_positions == zpos and task.first_target_pos == first
-    src, tgt = (data.targets[2][1], data.bases[2]) if direction.startswith("a") else (data.bases[2], data.targets[2][1])
+    assert (
+        data.tokens.shape == (12, length)
+        and task.z_positions == zpos
+        and task.first_target_pos == first
+    )
+    src, tgt = (
+        (data.targets[2][1], data.bases[2])
+        if direction.startswith("a")
+        else (data.bases[2], data.targets[2][1])
+    )
     row = data.tokens[2 * 3 + 1].tolist()
     assert row[1 : 1 + len(src)] == encode(src)
     assert row[first + 1 : first + 1 + len(tgt)] == encode(tgt)

@@ -8,22 +8,41 @@ from selector_lens.model import load_weights, save_weights
 from selector_lens.trainer import BatchOrder, lr_at
 from tests.helpers import tiny, train_until_killed
 
-KEYS = ("step", "examples_seen", "loss", "first_target_loss", "candidate_loss", "candidate_acc",
-        "dz", "token_acc", "attn_to_z", "group_correct")
+KEYS = (
+    "step",
+    "examples_seen",
+    "loss",
+    "first_target_loss",
+    "candidate_loss",
+    "candidate_acc",
+    "dz",
+    "token_acc",
+    "attn_to_z",
+    "group_correct",
+)
 
 
 def test_run_directory_and_metrics(tmp_path, tiny_cfg):
     run = sl.train(tiny_cfg, out=tmp_path / "r")
-    assert {p.name for p in run.path.iterdir()} == {"run.json", "data.json", "metrics.jsonl", "ckpt"}
+    assert {p.name for p in run.path.iterdir()} == {
+        "run.json",
+        "data.json",
+        "metrics.jsonl",
+        "ckpt",
+    }
     assert run.steps == [0, 20, 40]
     assert run.status == "finished" and run.config == tiny_cfg
     m = run.metrics
     assert list(m.step) == [0, 10, 20, 30, 40] and set(KEYS) <= set(m.columns)
     assert list(m.examples_seen) == [BatchOrder(36, 16, 42).examples_seen(s) for s in m.step]
-    assert m.examples_seen.iloc[2] == 6 * 36 + 2 * 16  # step 20: 6 epochs of 3 batches (16, 16, 4) + 2
+    assert (
+        m.examples_seen.iloc[2] == 6 * 36 + 2 * 16
+    )  # step 20: 6 epochs of 3 batches (16, 16, 4) + 2
     assert len(m.attn_to_z[0]) == 2 and len(m.attn_to_z[0][0]) == 2
     assert run.task_data.to_json() == tiny_cfg.task.generate().to_json()
-    first_below = next((r["step"] for r in run.metric_rows() if r["candidate_loss"] < 0.5 * math.log(3)), None)
+    first_below = next(
+        (r["step"] for r in run.metric_rows() if r["candidate_loss"] < 0.5 * math.log(3)), None
+    )
     assert run.info["summary"]["tau"] == first_below  # τ's definition, applied by hand
     assert (run.path / "ckpt" / "last.pt").is_file()
 
@@ -56,7 +75,9 @@ def test_resume_equals_uninterrupted(tmp_path, monkeypatch):
     cfg = tiny(steps=60)
     full = sl.train(cfg, out=tmp_path / "full").metric_rows()
 
-    train_until_killed(cfg, tmp_path / "killed", monkeypatch, evals=7)  # after the step-40 ckpt, at the step-60 eval
+    train_until_killed(
+        cfg, tmp_path / "killed", monkeypatch, evals=7
+    )  # after the step-40 ckpt, at the step-60 eval
     killed = sl.Run.open(tmp_path / "killed")
     assert killed.status == "running" and killed.steps == [0, 20, 40]
     resumed = sl.train(cfg, out=tmp_path / "killed", resume=True).metric_rows()
@@ -69,7 +90,13 @@ def test_resume_equals_uninterrupted(tmp_path, monkeypatch):
 def test_resume_can_extend_the_step_budget(tmp_path):
     run = sl.train(tiny(steps=20), out=tmp_path / "r")
     run = sl.train(tiny(steps=40), out=tmp_path / "r", resume=True)
-    assert run.steps == [0, 20, 40] and [r["step"] for r in run.metric_rows()] == [0, 10, 20, 30, 40]
+    assert run.steps == [0, 20, 40] and [r["step"] for r in run.metric_rows()] == [
+        0,
+        10,
+        20,
+        30,
+        40,
+    ]
 
 
 def test_early_stop_once_solved_for_a_while(tmp_path):
@@ -80,15 +107,22 @@ def test_early_stop_once_solved_for_a_while(tmp_path):
     assert run.steps[-1] == m.step.iloc[-1]  # the stopping step is checkpointed
 
 
-@pytest.mark.parametrize("direction,row,want", [
-    ("bz_to_a", {"candidate_loss": 0.05 * math.log(3) - 1e-9, "loss": 9.0}, True),
-    ("bz_to_a", {"candidate_loss": 0.05 * math.log(3) + 1e-9, "loss": 0.0}, False),
-    ("b_to_a", {"candidate_loss": 0.0, "loss": 0.0}, False),  # its floor is log K: never solved
-    ("a_to_b", {"candidate_loss": None, "loss": 0.05 - 1e-9}, True),  # no candidates: the token loss, in nats
-    ("a_to_b", {"candidate_loss": None, "loss": 0.05 + 1e-9}, False),
-    ("az_to_b", {"candidate_loss": None, "loss": 0.049}, True),
-    ("az_to_b", {"candidate_loss": None, "loss": 0.2}, False),
-])
+@pytest.mark.parametrize(
+    "direction,row,want",
+    [
+        ("bz_to_a", {"candidate_loss": 0.05 * math.log(3) - 1e-9, "loss": 9.0}, True),
+        ("bz_to_a", {"candidate_loss": 0.05 * math.log(3) + 1e-9, "loss": 0.0}, False),
+        ("b_to_a", {"candidate_loss": 0.0, "loss": 0.0}, False),  # its floor is log K: never solved
+        (
+            "a_to_b",
+            {"candidate_loss": None, "loss": 0.05 - 1e-9},
+            True,
+        ),  # no candidates: the token loss, in nats
+        ("a_to_b", {"candidate_loss": None, "loss": 0.05 + 1e-9}, False),
+        ("az_to_b", {"candidate_loss": None, "loss": 0.049}, True),
+        ("az_to_b", {"candidate_loss": None, "loss": 0.2}, False),
+    ],
+)
 def test_solved_line_per_direction(direction, row, want):
     from selector_lens.trainer import solved
 
@@ -125,8 +159,13 @@ def test_reverse_direction_records_what_is_defined(tmp_path):
 
 @pytest.mark.parametrize(
     "kw,words",
-    [({"lr": 0}, "lr must be positive"), ({"batch_size": 0}, "batch_size"), ({"steps": -1}, "steps"),
-     ({"eval_groups": "most"}, "eval_groups"), ({"device": "tpu"}, "unknown device")],
+    [
+        ({"lr": 0}, "lr must be positive"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"steps": -1}, "steps"),
+        ({"eval_groups": "most"}, "eval_groups"),
+        ({"device": "tpu"}, "unknown device"),
+    ],
 )
 def test_bad_train_config(kw, words):
     with pytest.raises(sl.SelectorLensError, match=words):
@@ -149,10 +188,14 @@ def test_missing_and_corrupt_checkpoints_are_named(tmp_path):
     blob = bytearray(path.read_bytes())
     blob[-20:] = b"\x00" * 20  # flip weight bytes: the checksum catches it
     path.write_bytes(bytes(blob))
-    with pytest.raises(sl.SelectorLensError, match=r"corrupt checkpoint: .*step_000020.safetensors \(checksum"):
+    with pytest.raises(
+        sl.SelectorLensError, match=r"corrupt checkpoint: .*step_000020.safetensors \(checksum"
+    ):
         run.model_at(20)
     path.write_bytes(b"not a safetensors file")
-    with pytest.raises(sl.SelectorLensError, match=r"corrupt checkpoint: .*step_000020.safetensors"):
+    with pytest.raises(
+        sl.SelectorLensError, match=r"corrupt checkpoint: .*step_000020.safetensors"
+    ):
         run.model_at(20)
     run.state_path.write_bytes(b"torn")
     with pytest.raises(sl.SelectorLensError, match=r"corrupt checkpoint: .*last.pt"):

@@ -39,10 +39,12 @@ def test_attention_heatmap_equals_the_table(run):
     table = sl.attention_to_z(run)
     fig = viz.attention_heatmap(table, routing_head="L0H1")
     hm = fig.data[0]
-    for (i, label) in enumerate(hm.y):
+    for i, label in enumerate(hm.y):
         layer, head = int(label[1]), int(label[3])
         for j, step in enumerate(hm.x):
-            want = table[(table.step == step) & (table.layer == layer) & (table["head"] == head)].attn_to_z.item()
+            want = table[
+                (table.step == step) & (table.layer == layer) & (table["head"] == head)
+            ].attn_to_z.item()
             assert hm.z[i][j] == pytest.approx(want)
     assert fig.layout.shapes[0].y0 == list(hm.y).index("L0H1") - 0.5
 
@@ -52,10 +54,15 @@ def test_group_transition_is_the_sorted_group_accuracy(run):
     fig = viz.group_transition(m, k=3)
     z = np.array(fig.data[0].z)  # [groups (sorted), steps]
     acc = np.array(m.group_correct.tolist()) / 3  # [steps, groups]
-    assert sorted(map(tuple, z.round(6))) == sorted(map(tuple, acc.T.round(6)))  # same rows, reordered
+    assert sorted(map(tuple, z.round(6))) == sorted(
+        map(tuple, acc.T.round(6))
+    )  # same rows, reordered
     crossing = group_crossing_steps(m.step.tolist(), acc)
     assert list(np.sort(crossing)) == list(group_crossing_steps(m.step.tolist(), z.T))
-    assert group_crossing_steps([0, 10, 20], np.array([[0, 0], [1, 0], [1, 0.4]])).tolist() == [10, np.inf]
+    assert group_crossing_steps([0, 10, 20], np.array([[0, 0], [1, 0], [1, 0.4]])).tolist() == [
+        10,
+        np.inf,
+    ]
 
 
 def test_ablation_and_patching_heatmaps_equal_their_tables(run):
@@ -64,18 +71,29 @@ def test_ablation_and_patching_heatmaps_equal_their_tables(run):
     for trace, step in zip(fig.data, (20, 60)):
         for i, layer in enumerate(trace.y):
             for j, head in enumerate(trace.x):
-                row = table[(table.step == step) & (table.layer == int(layer[1:])) & (table["head"] == int(head[1:]))]
+                row = table[
+                    (table.step == step)
+                    & (table.layer == int(layer[1:]))
+                    & (table["head"] == int(head[1:]))
+                ]
                 assert trace.z[i][j] == pytest.approx(row.delta_candidate_loss.item())
     patch = sl.patch_series(run, "resid_pre", [20, 60], n_examples=12)
     fig = viz.patching_heatmap(patch, ["t"] * 16)
     assert len(fig.data) == 2 and len(fig.layout.sliders[0].steps) == 2
     last = patch[patch.step == 60].pivot_table(index="layer", columns="pos", values="value").values
-    assert np.allclose(np.array(fig.data[1].z), last) and fig.data[1].visible and not fig.data[0].visible
+    assert (
+        np.allclose(np.array(fig.data[1].z), last)
+        and fig.data[1].visible
+        and not fig.data[0].visible
+    )
     assert len(set(fig.data[0].x)) == 16  # repeated tokens stay distinct positions
 
 
 def test_attention_explorer_traces(run):
-    pats = {s: sl.attention_patterns(m, run.task_data.tokens[:1]).numpy() for s, m in run.series([0, 60])}
+    pats = {
+        s: sl.attention_patterns(m, run.task_data.tokens[:1]).numpy()
+        for s, m in run.series([0, 60])
+    }
     fig = viz.attention_explorer(pats, ["x"] * 16)
     assert len(fig.data) == 2 * 2 * 2  # steps x layers x heads
     assert np.allclose(np.array(fig.data[-1].z), pats[60][1, 1].round(3))
@@ -97,7 +115,9 @@ def test_dashboard_renders_offline_in_chromium(run, tmp_path):
     errors, requests, figs, rendered, shot = render(path)
     assert errors == []
     assert all(u.startswith("file://") for u in requests), requests  # no network request
-    assert figs == 9 and rendered == figs  # loss, Δz, attention, groups, ablation, patching, weights, lens, explorer
+    assert (
+        figs == 9 and rendered == figs
+    )  # loss, Δz, attention, groups, ablation, patching, weights, lens, explorer
     colors = Image.open(io.BytesIO(shot)).convert("RGB").getcolors(maxcolors=1 << 20)
     assert colors is None or len(colors) > 100  # not blank
 
@@ -112,8 +132,14 @@ def test_dashboard_of_a_run_still_training_and_of_an_empty_run(run, tmp_path):
     (live / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     for p in (live / "ckpt").glob("step_00006*"):
         p.unlink()
-    html = run_dashboard(sl.Run.open(live), tmp_path / "live.html", patch_steps=2, explorer_steps=2).read_text()
-    assert "still training" in html and "no transition (yet)" in html and "Left out: head ablation" in html
+    html = run_dashboard(
+        sl.Run.open(live), tmp_path / "live.html", patch_steps=2, explorer_steps=2
+    ).read_text()
+    assert (
+        "still training" in html
+        and "no transition (yet)" in html
+        and "Left out: head ablation" in html
+    )
     (live / "metrics.jsonl").write_text("")
     with pytest.raises(sl.SelectorLensError, match="has no metrics yet"):
         run_dashboard(sl.Run.open(live), tmp_path / "empty.html")
@@ -124,7 +150,9 @@ def test_static_loglog_svg_places_points_on_log_axes():
 
     from selector_lens.viz.static import loglog_svg
 
-    svg = loglog_svg([(1000, 100, "a"), (10000, 1000, "b"), (100000, 10000, "c")], "t", "D", "τ", line=(0.1, 1.0))
+    svg = loglog_svg(
+        [(1000, 100, "a"), (10000, 1000, "b"), (100000, 10000, "c")], "t", "D", "τ", line=(0.1, 1.0)
+    )
     root = ET.fromstring(svg)
     ns = "{http://www.w3.org/2000/svg}"
     circles = root.findall(f"{ns}circle")

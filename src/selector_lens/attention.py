@@ -16,7 +16,9 @@ QUERIES = ("a1", "target")
 
 def _require_z(run) -> None:
     if not run.config.task.has_z:
-        raise SelectorLensError(f"{run.path} is a {run.config.task.direction} run: it has no z to attend to")
+        raise SelectorLensError(
+            f"{run.path} is a {run.config.task.direction} run: it has no z to attend to"
+        )
 
 
 def attention_to_z(run, steps=None, query: str = "a1"):
@@ -50,8 +52,15 @@ def attention_to_z(run, steps=None, query: str = "a1"):
             for h in range(pats.shape[1]):
                 p = pats[l, h, queries]  # [q, k]
                 ent = -(p.clamp_min(1e-12).log() * p).sum(-1).mean().item()
-                rows.append({"step": step, "layer": l, "head": h,
-                             "attn_to_z": p[:, task.z_positions].sum(-1).mean().item(), "entropy": ent})
+                rows.append(
+                    {
+                        "step": step,
+                        "layer": l,
+                        "head": h,
+                        "attn_to_z": p[:, task.z_positions].sum(-1).mean().item(),
+                        "entropy": ent,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -67,7 +76,9 @@ def attention_patterns(model, tokens: torch.Tensor, chunk: int = 1024) -> torch.
     total = None
     device = next(model.parameters()).device
     for lo in range(0, len(tokens), chunk):
-        _, cache = model.run_with_cache(tokens[lo : lo + chunk].to(device), names_filter=lambda n: n in names)
+        _, cache = model.run_with_cache(
+            tokens[lo : lo + chunk].to(device), names_filter=lambda n: n in names
+        )
         part = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"].sum(0) for l in range(L)]).cpu()
         total = part if total is None else total + part
     return total / len(tokens)

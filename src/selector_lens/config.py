@@ -39,7 +39,9 @@ class ModelConfig:
         if self.normalization_type in ("none", "None"):  # how the CLI and YAML say None
             object.__setattr__(self, "normalization_type", None)
         if self.act_fn not in ACT_FNS:
-            raise SelectorLensError(f"unknown act_fn {self.act_fn!r}; choose one of {', '.join(ACT_FNS)}")
+            raise SelectorLensError(
+                f"unknown act_fn {self.act_fn!r}; choose one of {', '.join(ACT_FNS)}"
+            )
         if self.normalization_type not in NORMS:
             raise SelectorLensError(
                 f"unknown normalization_type {self.normalization_type!r}; choose 'LN' or None"
@@ -55,7 +57,9 @@ class ModelConfig:
         else:
             n_ctx = self.n_ctx or max(16, task.seq_len)
         if n_ctx < task.seq_len:
-            raise SelectorLensError(f"n_ctx={n_ctx} is shorter than the task's {task.seq_len} tokens")
+            raise SelectorLensError(
+                f"n_ctx={n_ctx} is shorter than the task's {task.seq_len} tokens"
+            )
         return HookedTransformerConfig(
             n_layers=self.n_layers,
             n_heads=self.n_heads,
@@ -99,37 +103,58 @@ class TrainConfig:
     warmup_steps: int = _opt(0, "Steps of linear warmup.")
     eval_every: int = _opt(50, "Steps between evaluations.")
     ckpt_every: int = _opt(50, "Steps between weight checkpoints.")
-    eval_groups: str = _opt("auto", "Groups evaluated: auto (all up to 100, else a seeded 100), all, or a count.")
-    early_stop: bool = _opt(True, "Stop once the candidate loss stays below early_stop_frac x log K "
-                            "for early_stop_evals evals.")
-    early_stop_frac: float = _opt(0.05, "Early-stop line, in units of log K (reverse directions: nats).")
+    eval_groups: str = _opt(
+        "auto", "Groups evaluated: auto (all up to 100, else a seeded 100), all, or a count."
+    )
+    early_stop: bool = _opt(
+        True,
+        "Stop once the candidate loss stays below early_stop_frac x log K "
+        "for early_stop_evals evals.",
+    )
+    early_stop_frac: float = _opt(
+        0.05, "Early-stop line, in units of log K (reverse directions: nats)."
+    )
     early_stop_evals: int = _opt(10, "Evals in a row below the early-stop line.")
-    seed: int = _opt(42, "Seed of the model init and the data order (and of the dataset, unless data_seed).")
+    seed: int = _opt(
+        42, "Seed of the model init and the data order (and of the dataset, unless data_seed)."
+    )
     device: str = _opt("cpu", "Where to train.", DEVICES)
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every", "ckpt_every", "early_stop_evals"):
             if getattr(self, name) < 1:
-                raise SelectorLensError(f"{name} must be a positive integer, got {getattr(self, name)}")
+                raise SelectorLensError(
+                    f"{name} must be a positive integer, got {getattr(self, name)}"
+                )
         if not self.lr > 0:
             raise SelectorLensError(f"lr must be positive, got {self.lr}")
         if self.weight_decay < 0 or self.grad_clip < 0 or self.warmup_steps < 0:
             raise SelectorLensError("weight_decay, grad_clip and warmup_steps must be >= 0")
         if self.schedule not in SCHEDULES:
-            raise SelectorLensError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+            raise SelectorLensError(
+                f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}"
+            )
         if self.task.parity == "paper" and (self.schedule != "constant" or self.warmup_steps):
-            raise SelectorLensError("parity 'paper' follows the paper code's own lr schedule; leave schedule "
-                                    "constant and warmup_steps 0")
+            raise SelectorLensError(
+                "parity 'paper' follows the paper code's own lr schedule; leave schedule "
+                "constant and warmup_steps 0"
+            )
         if self.device not in DEVICES:
-            raise SelectorLensError(f"unknown device {self.device!r}; choose one of {', '.join(DEVICES)}")
+            raise SelectorLensError(
+                f"unknown device {self.device!r}; choose one of {', '.join(DEVICES)}"
+            )
         if self.model.n_ctx is not None and self.model.n_ctx < self.task.seq_len:
-            raise SelectorLensError(f"n_ctx={self.model.n_ctx} is shorter than the task's {self.task.seq_len} tokens")
+            raise SelectorLensError(
+                f"n_ctx={self.model.n_ctx} is shorter than the task's {self.task.seq_len} tokens"
+            )
         if not isinstance(self.eval_groups, str):
             object.__setattr__(self, "eval_groups", str(self.eval_groups))
         if self.eval_groups not in ("auto", "all") and not (
             self.eval_groups.isdigit() and int(self.eval_groups) > 0
         ):
-            raise SelectorLensError(f"eval_groups must be 'auto', 'all' or a positive count, got {self.eval_groups!r}")
+            raise SelectorLensError(
+                f"eval_groups must be 'auto', 'all' or a positive count, got {self.eval_groups!r}"
+            )
 
     @property
     def name(self) -> str:
@@ -149,13 +174,22 @@ class TrainConfig:
     def from_dict(cls, d: dict) -> "TrainConfig":
         known = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
-        return cls(**{**d, "task": SelectorTask(**d.get("task", {})), "model": ModelConfig(**d.get("model", {}))})
+        return cls(
+            **{
+                **d,
+                "task": SelectorTask(**d.get("task", {})),
+                "model": ModelConfig(**d.get("model", {})),
+            }
+        )
 
     def differences(self, other: "TrainConfig", ignore=("steps", "device")) -> list[str]:
         """Settings that differ from `other` ('lr: 0.001 != 0.002'), nested configs flattened."""
         a, b = _flat(self.to_dict()), _flat(other.to_dict())
-        return [f"{k}: {a.get(k)} != {b.get(k)}" for k in sorted(a.keys() | b.keys())
-                if k not in ignore and a.get(k) != b.get(k)]
+        return [
+            f"{k}: {a.get(k)} != {b.get(k)}"
+            for k in sorted(a.keys() | b.keys())
+            if k not in ignore and a.get(k) != b.get(k)
+        ]
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -194,8 +228,9 @@ def _options() -> dict[str, Option]:
             help = f.metadata["help"] + (f" One of {', '.join(choices)}." if choices else "")
             default = None if name == "data_seed" else f.default
             out[name] = Option(section, f.name, hints[f.name], default, help, choices)
-    out["data_seed"] = replace(out["data_seed"], type=int | None,
-                               help="Seed of the sampled strings (default: --seed).")
+    out["data_seed"] = replace(
+        out["data_seed"], type=int | None, help="Seed of the sampled strings (default: --seed)."
+    )
     return out
 
 
@@ -221,7 +256,9 @@ def from_options(options: dict) -> TrainConfig:
         o = OPTIONS[name]
         parts[o.section][o.field] = value
     parts["task"].setdefault("seed", parts["train"].get("seed", TrainConfig.seed))
-    return TrainConfig(task=SelectorTask(**parts["task"]), model=ModelConfig(**parts["model"]), **parts["train"])
+    return TrainConfig(
+        task=SelectorTask(**parts["task"]), model=ModelConfig(**parts["model"]), **parts["train"]
+    )
 
 
 def coerce(options: dict) -> dict:

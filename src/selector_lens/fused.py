@@ -29,7 +29,9 @@ from .errors import SelectorLensError
 
 # One layer's keys and values of earlier positions; each of `rows` serves `past_repeat` new rows.
 KV = tuple[Float[Tensor, "rows head past d_head"], Float[Tensor, "rows head past d_head"]]
-NewKV = tuple[Float[Tensor, "new_rows head pos d_head"], Float[Tensor, "new_rows head pos d_head"]]  # the new positions'
+NewKV = tuple[
+    Float[Tensor, "new_rows head pos d_head"], Float[Tensor, "new_rows head pos d_head"]
+]  # the new positions'
 Logits = Float[Tensor, "*models batch out_pos vocab"]
 
 ACTS = {
@@ -132,12 +134,18 @@ def forward(
         hooks.setdefault((int(m.group(1)), m.group(2)), []).append((name, fn))
     offset = 0 if past is None else past[0][0].shape[2]
     if past is not None and (not single or B != past[0][0].shape[0] * past_repeat):
-        raise ValueError(f"{B} rows do not fit a past of {past[0][0].shape[0]} rows x {past_repeat}")
+        raise ValueError(
+            f"{B} rows do not fit a past of {past[0][0].shape[0]} rows x {past_repeat}"
+        )
     ln = cfg.normalization_type == "LN"
     act = ACTS[cfg.act_fn]
 
     W_E = _stack(models, lambda m: m.embed.W_E)
-    x = torch.stack([F.embedding(tokens[i], W_E[i]) for i in range(M)]) if M > 1 else F.embedding(tokens, W_E[0])
+    x = (
+        torch.stack([F.embedding(tokens[i], W_E[i]) for i in range(M)])
+        if M > 1
+        else F.embedding(tokens, W_E[0])
+    )
     x = x + _stack(models, lambda m: m.pos_embed.W_pos[offset : offset + P]).unsqueeze(1)
     kv = []
     for layer in range(cfg.n_layers):
@@ -147,13 +155,25 @@ def forward(
         b1 = _stack(blk, lambda b: b.ln1.b) if ln else None
         h = _norm(x, w1, b1, cfg.eps)
         # Q, K and V of every head as one [d_model, 3 * H * d_head] matrix: one GEMM per layer.
-        W_qkv = _stack(a, lambda t: rearrange(torch.stack([t.W_Q, t.W_K, t.W_V]), "qkv h d e -> d (qkv h e)"))
-        b_qkv = _stack(a, lambda t: rearrange(torch.stack([t.b_Q, t.b_K, t.b_V]), "qkv h e -> (qkv h e)"))
+        W_qkv = _stack(
+            a, lambda t: rearrange(torch.stack([t.W_Q, t.W_K, t.W_V]), "qkv h d e -> d (qkv h e)")
+        )
+        b_qkv = _stack(
+            a, lambda t: rearrange(torch.stack([t.b_Q, t.b_K, t.b_V]), "qkv h e -> (qkv h e)")
+        )
         qkv = _linear(h, W_qkv, b_qkv).view(M * B, P, 3, H, dh)
         q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # each [rows, head, pos, d_head]
         if keep_kv:
             kv.append((k, v))
-        z = _attention(q, k, v, None if past is None else past[layer], past_repeat, hooks.get((layer, "pattern")), layer)
+        z = _attention(
+            q,
+            k,
+            v,
+            None if past is None else past[layer],
+            past_repeat,
+            hooks.get((layer, "pattern")),
+            layer,
+        )
         z = z.transpose(1, 2)  # [M*B, P, H, dh], TransformerLens's hook_z layout
         for name, fn in hooks.get((layer, "z"), ()):
             z = z.contiguous()  # a hook may edit it in place and return None, as in TransformerLens
@@ -172,7 +192,9 @@ def forward(
     wf = _stack(models, lambda m: m.ln_final.w) if ln else None
     bf = _stack(models, lambda m: m.ln_final.b) if ln else None
     x = _norm(x, wf, bf, cfg.eps)
-    logits = _linear(x, _stack(models, lambda m: m.unembed.W_U), _stack(models, lambda m: m.unembed.b_U))
+    logits = _linear(
+        x, _stack(models, lambda m: m.unembed.W_U), _stack(models, lambda m: m.unembed.b_U)
+    )
     logits = logits[0] if single else logits
     return (logits, kv) if keep_kv else logits
 
@@ -203,6 +225,11 @@ def _attention(q, k, v, past, repeat: int, pattern_hooks, layer: int) -> torch.T
         pattern = pattern if out is None else out
     z = pattern[..., S0:] @ v
     if past is not None:
-        pg = pattern[..., :S0].reshape(n, repeat, H, P, S0).transpose(1, 2).reshape(n, H, repeat * P, S0)
+        pg = (
+            pattern[..., :S0]
+            .reshape(n, repeat, H, P, S0)
+            .transpose(1, 2)
+            .reshape(n, H, repeat * P, S0)
+        )
         z = z + (pg @ vp).view(n, H, repeat, P, dh).transpose(1, 2).reshape(rows, H, P, dh)
     return z

@@ -41,32 +41,57 @@ def config_from_paper(raw: dict):
 
     data, model, training = _need(raw, "data"), _need(raw, "model"), _need(raw, "training")
     if data.get("vocab_chars", ALPHABET) != ALPHABET:
-        raise SelectorLensError(f"config.yaml data.vocab_chars must be {ALPHABET!r} to be regenerated")
+        raise SelectorLensError(
+            f"config.yaml data.vocab_chars must be {ALPHABET!r} to be regenerated"
+        )
     if float(data.get("probe_fraction", 0.0)) != 0.0 or not data.get("split_by_base", False):
-        raise SelectorLensError("only runs with data.split_by_base true and probe_fraction 0 can be regenerated")
+        raise SelectorLensError(
+            "only runs with data.split_by_base true and probe_fraction 0 can be regenerated"
+        )
     if int(training.get("warmup_steps", 0)) != 0:
-        raise SelectorLensError("only runs with training.warmup_steps 0 can be reproduced with parity")
+        raise SelectorLensError(
+            "only runs with training.warmup_steps 0 can be reproduced with parity"
+        )
     seed = int(_need(raw, "experiment", "seed"))
-    task = SelectorTask(k=int(_need(raw, "data", "k")), n_bases=int(_need(raw, "data", "n_unique_b")),
-                        b_length=int(data.get("b_length", 6)), a_length=int(data.get("a_length", 4)),
-                        z_length=int(data.get("z_length", 2)), direction=str(data.get("task", "bz_to_a")),
-                        unique_first_char=bool(data.get("enforce_unique_a_first_char_per_b", False)), seed=seed,
-                        parity="paper")
+    task = SelectorTask(
+        k=int(_need(raw, "data", "k")),
+        n_bases=int(_need(raw, "data", "n_unique_b")),
+        b_length=int(data.get("b_length", 6)),
+        a_length=int(data.get("a_length", 4)),
+        z_length=int(data.get("z_length", 2)),
+        direction=str(data.get("task", "bz_to_a")),
+        unique_first_char=bool(data.get("enforce_unique_a_first_char_per_b", False)),
+        seed=seed,
+        parity="paper",
+    )
     d_model, n_heads = int(model.get("d_model", 128)), int(model.get("n_heads", 4))
-    mcfg = ModelConfig(n_layers=int(model.get("n_layers", 4)), n_heads=n_heads, d_model=d_model,
-                       d_head=int(model.get("d_head") or d_model // n_heads),
-                       d_mlp=int(model.get("d_mlp") or 4 * d_model), act_fn=str(model.get("act_fn", "gelu")))
-    return TrainConfig(task=task, model=mcfg, steps=int(training.get("max_steps", 50_000)),
-                       batch_size=int(training.get("batch_size", 128)), lr=float(training.get("learning_rate", 1e-3)),
-                       weight_decay=float(training.get("weight_decay", 0.01)),
-                       eval_every=int(training.get("checkpoint_every", 100)),
-                       ckpt_every=int(training.get("checkpoint_every", 100)), seed=seed)
+    mcfg = ModelConfig(
+        n_layers=int(model.get("n_layers", 4)),
+        n_heads=n_heads,
+        d_model=d_model,
+        d_head=int(model.get("d_head") or d_model // n_heads),
+        d_mlp=int(model.get("d_mlp") or 4 * d_model),
+        act_fn=str(model.get("act_fn", "gelu")),
+    )
+    return TrainConfig(
+        task=task,
+        model=mcfg,
+        steps=int(training.get("max_steps", 50_000)),
+        batch_size=int(training.get("batch_size", 128)),
+        lr=float(training.get("learning_rate", 1e-3)),
+        weight_decay=float(training.get("weight_decay", 0.01)),
+        eval_every=int(training.get("checkpoint_every", 100)),
+        ckpt_every=int(training.get("checkpoint_every", 100)),
+        seed=seed,
+    )
 
 
 def _checkpoints(folder: Path) -> dict[int, Path]:
     ckpt = folder / "checkpoints"
     if not ckpt.is_dir():
-        raise SelectorLensError(f"{folder} has no checkpoints/ folder (not a synass-lens output folder)")
+        raise SelectorLensError(
+            f"{folder} has no checkpoints/ folder (not a synass-lens output folder)"
+        )
     found = {}
     for d in sorted(ckpt.iterdir()):
         m = STEP_DIR.match(d.name)
@@ -88,8 +113,10 @@ def read_paper_weights(path: Path) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        raise SelectorLensError(f"{path} is not a plain weights file; refused to unpickle it "
-                                f"({str(e).splitlines()[0][:120]})") from None
+        raise SelectorLensError(
+            f"{path} is not a plain weights file; refused to unpickle it "
+            f"({str(e).splitlines()[0][:120]})"
+        ) from None
     except Exception as e:
         raise SelectorLensError(f"unreadable weights file {path} ({type(e).__name__})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -125,13 +152,24 @@ def import_run(folder, out, progress: bool = False):
     if examples.is_file():
         theirs = [json.loads(line) for line in examples.read_text().splitlines() if line.strip()]
         k = cfg.task.k
-        ours = [{"b": data.bases[g], "z": data.zs[i], "a": data.targets[g][i]}
-                for g in range(cfg.task.n_bases) for i in range(k)]
+        ours = [
+            {"b": data.bases[g], "z": data.zs[i], "a": data.targets[g][i]}
+            for g in range(cfg.task.n_bases)
+            for i in range(k)
+        ]
         if theirs != ours:
-            bad = next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b) if len(theirs) == len(ours) else None
-            raise SelectorLensError(f"{examples} differs from the dataset regenerated from config.yaml"
-                                    + (f" (first at example {bad})" if bad is not None else " (length)"))
-    rundir.create(out, cfg.to_dict(), __version__, data.to_json(), imported_from=str(folder.resolve()))
+            bad = (
+                next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b)
+                if len(theirs) == len(ours)
+                else None
+            )
+            raise SelectorLensError(
+                f"{examples} differs from the dataset regenerated from config.yaml"
+                + (f" (first at example {bad})" if bad is not None else " (length)")
+            )
+    rundir.create(
+        out, cfg.to_dict(), __version__, data.to_json(), imported_from=str(folder.resolve())
+    )
     run = Run(out)
     model = build_model(cfg.model, cfg.task, cfg.seed)
     chash = config_hash(cfg.task, cfg.model)
@@ -156,14 +194,22 @@ def import_run(folder, out, progress: bool = False):
         try:
             model.load_state_dict(state)
         except RuntimeError as e:
-            raise SelectorLensError(f"{ckpts[step]} does not fit the config's model ({str(e).splitlines()[0]})") from None
+            raise SelectorLensError(
+                f"{ckpts[step]} does not fit the config's model ({str(e).splitlines()[0]})"
+            ) from None
         save_weights(model, run.ckpt_path(step), step, chash)
         model.eval()
-        row = {"step": step, "examples_seen": order.examples_seen(step), "lr": lr_at(cfg, max(step, 1)),
-               **evaluate(model, es)}
+        row = {
+            "step": step,
+            "examples_seen": order.examples_seen(step),
+            "lr": lr_at(cfg, max(step, 1)),
+            **evaluate(model, es),
+        }
         if step in history:
             row["paper_train_loss"] = history[step]
         rows.append(row)
     (out / rundir.METRICS).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    rundir.finish(out, False, {**summarize(rows, cfg.task.log_k), "wall_time_s": time.perf_counter() - t0})
+    rundir.finish(
+        out, False, {**summarize(rows, cfg.task.log_k), "wall_time_s": time.perf_counter() - t0}
+    )
     return run

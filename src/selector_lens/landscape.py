@@ -32,7 +32,9 @@ def subsample(n_examples: int, size: int, seed: int) -> torch.Tensor:
 def target_loss(model, tokens: torch.Tensor, first: int) -> torch.Tensor:
     """The training loss: next-token cross-entropy on the target tokens and EOS."""
     logits = model(tokens)[:, first:-1]
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, first + 1 :].reshape(-1))
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), tokens[:, first + 1 :].reshape(-1)
+    )
 
 
 class Curvature:
@@ -68,7 +70,9 @@ class Curvature:
         return self._flat(hv).detach()
 
 
-def power_iteration(curv: Curvature, iters: int = 30, seed: int = 0, shift: float = 0.0, tol: float = 1e-4):
+def power_iteration(
+    curv: Curvature, iters: int = 30, seed: int = 0, shift: float = 0.0, tol: float = 1e-4
+):
     """Dominant eigenvalue of H - shift I (and its vector) by power iteration."""
     g = torch.Generator().manual_seed(seed)
     v = torch.randn(curv.n, generator=g)
@@ -129,13 +133,24 @@ def noise_share(curv: Curvature, directions: torch.Tensor, batch_losses, mean=No
         noise = curv.gradient(loss_fn) - mean
         along += float((directions @ noise).pow(2).sum())
         total += float(noise.pow(2).sum())
-    return {"noise_share_top": along / total if total > 0 else float("nan"),
-            "random_share": len(directions) / curv.n}
+    return {
+        "noise_share_top": along / total if total > 0 else float("nan"),
+        "random_share": len(directions) / curv.n,
+    }
 
 
-def measure(model, tokens: torch.Tensor, first: int, sample: int = DEFAULT_SAMPLE, seed: int = 0,
-            power_iters: int = 30, lanczos_iters: int = 30, top_k: int = 5, noise_batches: int = 8,
-            batch_size: int = 128) -> dict:
+def measure(
+    model,
+    tokens: torch.Tensor,
+    first: int,
+    sample: int = DEFAULT_SAMPLE,
+    seed: int = 0,
+    power_iters: int = 30,
+    lanczos_iters: int = 30,
+    top_k: int = 5,
+    noise_batches: int = 8,
+    batch_size: int = 128,
+) -> dict:
     """Curvature at one point: λmax (the larger of power iteration's and Lanczos's estimates, both
     lower bounds), λmin (Lanczos, an upper bound: the true one is at most this), their ratio,
     and the gradient-noise share along the top `top_k` eigen-directions (minibatches of
@@ -146,24 +161,41 @@ def measure(model, tokens: torch.Tensor, first: int, sample: int = DEFAULT_SAMPL
     lam_power, _ = power_iteration(curv, power_iters, seed)
     vals, vecs = lanczos(curv, lanczos_iters, seed + 1)
     lam_min, lam_lanczos = float(vals[0]), float(vals[-1])
-    lam_max = max(lam_power, lam_lanczos)  # both are Rayleigh quotients: the larger is nearer the truth
+    lam_max = max(
+        lam_power, lam_lanczos
+    )  # both are Rayleigh quotients: the larger is nearer the truth
     g = torch.Generator().manual_seed(seed + 2)
-    batches = [x[torch.randint(len(x), (min(batch_size, len(x)),), generator=g)] for _ in range(noise_batches)]
+    batches = [
+        x[torch.randint(len(x), (min(batch_size, len(x)),), generator=g)]
+        for _ in range(noise_batches)
+    ]
     top = vecs[torch.argsort(vals, descending=True)[: max(1, min(top_k, len(vals)))]]
     loss, mean = curv.value_and_gradient()
-    share = noise_share(curv, top, [(lambda b=b: target_loss(model, b, first)) for b in batches], mean)
+    share = noise_share(
+        curv, top, [(lambda b=b: target_loss(model, b, first)) for b in batches], mean
+    )
     return {
-        "sample": len(x), "lambda_max": lam_max, "lambda_max_power": lam_power, "lambda_max_lanczos": lam_lanczos,
-        "lambda_min": lam_min, "ratio": lam_max / abs(lam_min) if lam_min != 0 else math.inf,
-        "loss": loss, "grad_norm": float(mean.norm()),
-        "top_k": len(top), "noise_batch": batches[0].shape[0], **share, "hvps": curv.calls,
+        "sample": len(x),
+        "lambda_max": lam_max,
+        "lambda_max_power": lam_power,
+        "lambda_max_lanczos": lam_lanczos,
+        "lambda_min": lam_min,
+        "ratio": lam_max / abs(lam_min) if lam_min != 0 else math.inf,
+        "loss": loss,
+        "grad_norm": float(mean.norm()),
+        "top_k": len(top),
+        "noise_batch": batches[0].shape[0],
+        **share,
+        "hvps": curv.calls,
     }
 
 
 LANDSCAPE_VERSION = "1"  # bump when the numbers change: stored tables are then recomputed
 
 
-def landscape(run, steps=None, sample: int = DEFAULT_SAMPLE, seed: int = 0, recompute: bool = False, **kw):
+def landscape(
+    run, steps=None, sample: int = DEFAULT_SAMPLE, seed: int = 0, recompute: bool = False, **kw
+):
     """`measure` at each selected checkpoint of a run (default: the phases); one row per step,
     kept in the run's analysis store (`recompute=True` bypasses it)."""
     import pandas as pd
@@ -183,7 +215,15 @@ def landscape(run, steps=None, sample: int = DEFAULT_SAMPLE, seed: int = 0, reco
         rows = []
         for step, model in run.series(list(todo)):
             with torch.enable_grad():
-                row = measure(model, tokens, cfg.task.first_target_pos, sample, seed, batch_size=cfg.batch_size, **kw)
+                row = measure(
+                    model,
+                    tokens,
+                    cfg.task.first_target_pos,
+                    sample,
+                    seed,
+                    batch_size=cfg.batch_size,
+                    **kw,
+                )
             rows.append({"step": step, **row})
         return pd.DataFrame(rows)
 

@@ -14,8 +14,11 @@ from jaxtyping import Float, Int
 from .errors import SelectorLensError
 
 
-def lens_metrics(logits: Float[torch.Tensor, "layer batch vocab"], correct: Int[torch.Tensor, " batch"],
-                 firsts: Int[torch.Tensor, "batch k"]) -> list[dict]:
+def lens_metrics(
+    logits: Float[torch.Tensor, "layer batch vocab"],
+    correct: Int[torch.Tensor, " batch"],
+    firsts: Int[torch.Tensor, "batch k"],
+) -> list[dict]:
     """Per layer: mean P(correct a1), top-1 accuracy, entropy (nats), and the loss of the correct
     a1 among the base's K first characters (the candidate loss restricted to a1)."""
     logp = logits.detach().double().log_softmax(-1)
@@ -24,10 +27,15 @@ def lens_metrics(logits: Float[torch.Tensor, "layer batch vocab"], correct: Int[
         right = lp.gather(-1, correct[:, None])[:, 0]
         cand = lp.gather(-1, firsts).log_softmax(-1)
         idx = (firsts == correct[:, None]).double().argmax(-1)
-        rows.append({"layer": layer, "p_correct": float(right.exp().mean()),
-                     "top1": float((lp.argmax(-1) == correct).double().mean()),
-                     "entropy": float(-(lp.exp() * lp).sum(-1).mean()),
-                     "candidate_loss": float(-cand.gather(-1, idx[:, None]).mean())})
+        rows.append(
+            {
+                "layer": layer,
+                "p_correct": float(right.exp().mean()),
+                "top1": float((lp.argmax(-1) == correct).double().mean()),
+                "entropy": float(-(lp.exp() * lp).sum(-1).mean()),
+                "candidate_loss": float(-cand.gather(-1, idx[:, None]).mean()),
+            }
+        )
     return rows
 
 
@@ -39,7 +47,9 @@ def logit_lens(run, steps=None):
 
     task = run.config.task
     if not task.has_candidates:
-        raise SelectorLensError(f"{run.path} is a {task.direction} run: the logit lens reads the a1 prediction")
+        raise SelectorLensError(
+            f"{run.path} is a {task.direction} run: the logit lens reads the a1 prediction"
+        )
     steps = run.steps if steps is None else list(steps)
     es = run.eval_set()
     pos = task.first_target_pos
@@ -47,7 +57,9 @@ def logit_lens(run, steps=None):
     firsts = es.candidates[:, :, 0]
     rows = []
     for step, model in run.series(steps):
-        _, cache = model.run_with_cache(es.tokens, names_filter=lambda n: n.endswith(("resid_pre", "resid_post")))
+        _, cache = model.run_with_cache(
+            es.tokens, names_filter=lambda n: n.endswith(("resid_pre", "resid_post"))
+        )
         stack = cache.accumulated_resid(pos_slice=pos)  # [L + 1, batch, d_model]
         logits = model.unembed(model.ln_final(stack))
         rows += [{"step": step, **r} for r in lens_metrics(logits, correct, firsts)]

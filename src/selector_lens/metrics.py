@@ -84,7 +84,9 @@ def resolve_eval_groups(spec, n_bases: int) -> int:
     try:
         n = int(spec)
     except (TypeError, ValueError):
-        raise SelectorLensError(f"eval_groups must be 'auto', 'all' or a count, got {spec!r}") from None
+        raise SelectorLensError(
+            f"eval_groups must be 'auto', 'all' or a count, got {spec!r}"
+        ) from None
     if n < 1:
         raise SelectorLensError(f"eval_groups must be >= 1, got {n}")
     return min(n, n_bases)
@@ -132,7 +134,9 @@ def make_eval_set(data: TaskData, eval_groups="auto", seed: int = 0, groups=None
 
 
 @torch.inference_mode()
-def evaluate(model, es: EvalSet, max_rows: int = 16384, intervention: Intervention | None = None) -> EvalRow:
+def evaluate(
+    model, es: EvalSet, max_rows: int = 16384, intervention: Intervention | None = None
+) -> EvalRow:
     """All per-eval metrics of docs/science.md section 3 on `es`; undefined ones are None.
 
     Three cached passes per chunk of whole groups (through `fused.forward`, equal to the
@@ -145,20 +149,28 @@ def evaluate(model, es: EvalSet, max_rows: int = 16384, intervention: Interventi
     from . import fused
 
     if not fused.supports(model):
-        raise SelectorLensError("evaluate needs a model built from a ModelConfig (pre-LN or no norm, standard positions)")
+        raise SelectorLensError(
+            "evaluate needs a model built from a ModelConfig (pre-LN or no norm, standard positions)"
+        )
     task, device = es.task, next(model.parameters()).device
     S, T, C, K = task.source_length, task.target_length, es.candidates.shape[1], task.k
     N, L, H = len(es.tokens), model.cfg.n_layers, model.cfg.n_heads
     zpos = task.z_positions
-    split = min(zpos) if es.deranged is not None else S - 1  # positions before it: shared by the group
-    r = 2 if es.deranged is not None else 1  # prefix rows per example: clean (and deranged), interleaved
-    shared = K > 1 and bool((es.tokens[:, :split].view(-1, K, split) == es.tokens[::K, None, :split]).all())
+    split = (
+        min(zpos) if es.deranged is not None else S - 1
+    )  # positions before it: shared by the group
+    r = (
+        2 if es.deranged is not None else 1
+    )  # prefix rows per example: clean (and deranged), interleaved
+    shared = K > 1 and bool(
+        (es.tokens[:, :split].view(-1, K, split) == es.tokens[::K, None, :split]).all()
+    )
     if intervention is not None and intervention.per_example:
         shared = False
     per_group = K if shared else 1
     chunk = K * max(1, max_rows // (K * C * T))  # whole groups
 
-    tot = dict(loss=0.0, first=0.0, first_shuf=0.0, cand=0.0, cand_ok=0, tok_ok=0)
+    tot = dict(loss=0.0, first=0.0, first_deranged=0.0, cand=0.0, cand_ok=0, tok_ok=0)
     attn = torch.zeros(L, H, dtype=torch.float64)
     group_correct = torch.zeros(len(es.groups), dtype=torch.long)
 
@@ -170,8 +182,13 @@ def evaluate(model, es: EvalSet, max_rows: int = 16384, intervention: Interventi
         n = hi - lo
         ex = torch.arange(lo, hi)
         heads_of = ex[::per_group]  # one row per group, or per example
-        _, kv0 = fused.forward(model, es.tokens[heads_of, :split].to(device), fwd_hooks=hooks(heads_of, 0),
-                               positions=slice(0, 0), keep_kv=True)
+        _, kv0 = fused.forward(
+            model,
+            es.tokens[heads_of, :split].to(device),
+            fwd_hooks=hooks(heads_of, 0),
+            positions=slice(0, 0),
+            keep_kv=True,
+        )
         rest = es.tokens[lo:hi, split:S]
         if r == 2:
             rest = torch.stack([rest, es.deranged[lo:hi, split:]], 1).reshape(2 * n, S - split)
@@ -182,19 +199,34 @@ def evaluate(model, es: EvalSet, max_rows: int = 16384, intervention: Interventi
                 attn[hook.layer()] += pattern[::r, :, -1, zpos].sum((0, 2)).double().cpu()
 
             h += [(f"blocks.{layer}.attn.hook_pattern", grab) for layer in range(L)]
-        logits, kv1 = fused.forward(model, rest.to(device), past=kv0, past_repeat=per_group * r, fwd_hooks=h,
-                                    positions=slice(-1, None), keep_kv=True)
+        logits, kv1 = fused.forward(
+            model,
+            rest.to(device),
+            past=kv0,
+            past_repeat=per_group * r,
+            fwd_hooks=h,
+            positions=slice(-1, None),
+            keep_kv=True,
+        )
         logp = logits[:, -1].float().log_softmax(-1).cpu()
-        first_logp, shuf_logp = logp[::r], logp[1::r]  # [n, V] each
+        first_logp, deranged_logp = logp[::r], logp[1::r]  # [n, V] each
 
         cand = es.candidates[lo:hi]  # [n, C, T+1]
         cand_in = cand[:, :, :T].reshape(n * C, T).to(device)
         prefix_kv = [
-            (torch.cat([k0.repeat_interleave(per_group, 0), k1[::r]], 2),
-             torch.cat([v0.repeat_interleave(per_group, 0), v1[::r]], 2))
+            (
+                torch.cat([k0.repeat_interleave(per_group, 0), k1[::r]], 2),
+                torch.cat([v0.repeat_interleave(per_group, 0), v1[::r]], 2),
+            )
             for (k0, v0), (k1, v1) in zip(kv0, kv1)
         ]
-        rest = fused.forward(model, cand_in, past=prefix_kv, past_repeat=C, fwd_hooks=hooks(ex.repeat_interleave(C), S))
+        rest = fused.forward(
+            model,
+            cand_in,
+            past=prefix_kv,
+            past_repeat=C,
+            fwd_hooks=hooks(ex.repeat_interleave(C), S),
+        )
         rest = rest.float().log_softmax(-1).cpu().reshape(n, C, T, -1)
         tok_logp = torch.cat(
             [
@@ -212,7 +244,7 @@ def evaluate(model, es: EvalSet, max_rows: int = 16384, intervention: Interventi
         pred = torch.cat([first_logp.argmax(-1, keepdim=True), rest[rows, correct].argmax(-1)], -1)
         tot["tok_ok"] += (pred == true).sum().item()
         if es.deranged is not None:
-            tot["first_shuf"] += -shuf_logp.gather(-1, true[:, :1]).sum().item()
+            tot["first_deranged"] += -deranged_logp.gather(-1, true[:, :1]).sum().item()
         if task.has_candidates:
             scores = tok_logp.sum(-1)  # [n, C]
             tot["cand"] += -scores.log_softmax(-1)[rows, correct].sum().item()
@@ -226,7 +258,7 @@ def evaluate(model, es: EvalSet, max_rows: int = 16384, intervention: Interventi
         "token_acc": tot["tok_ok"] / (N * (T + 1)),
         "candidate_loss": tot["cand"] / N if task.has_candidates else None,
         "candidate_acc": tot["cand_ok"] / N if task.has_candidates else None,
-        "dz": tot["first_shuf"] / N - tot["first"] / N if es.deranged is not None else None,
+        "dz": tot["first_deranged"] / N - tot["first"] / N if es.deranged is not None else None,
         "attn_to_z": (attn / N).tolist() if zpos else None,
         "group_correct": group_correct.tolist() if task.has_candidates else None,
     }

@@ -39,7 +39,9 @@ LATER_FIELDS = {"parity": "ours"}
 
 def config_hash(*configs) -> str:
     """Short stable hash of dataclass configs: ties a checkpoint to the run that wrote it."""
-    dicts = [{k: v for k, v in asdict(c).items() if LATER_FIELDS.get(k, object()) != v} for c in configs]
+    dicts = [
+        {k: v for k, v in asdict(c).items() if LATER_FIELDS.get(k, object()) != v} for c in configs
+    ]
     blob = json.dumps(dicts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

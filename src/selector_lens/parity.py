@@ -65,7 +65,9 @@ def paper_strings(task) -> tuple[list[str], list[str], list[list[str]]]:
         if forward and task.unique_first_char:
             for first in rng.sample(list(ALPHABET), task.k):
                 a = first + _string(rng, task.a_length - 1)
-                while a in used_a:  # the code gives up after 1,000 tries; our validation rules that out
+                while (
+                    a in used_a
+                ):  # the code gives up after 1,000 tries; our validation rules that out
                     a = first + _string(rng, task.a_length - 1)
                 used_a.add(a)
                 row.append(a)
@@ -107,7 +109,9 @@ class PaperBatchOrder(BatchOrder):
     def _epoch_batches(self, e: int) -> tuple[torch.Tensor, ...]:
         while len(self._epochs) <= e:
             first_step = len(self._epochs) * self.per_epoch
-            torch.empty((), dtype=torch.int64).random_(generator=self._g)  # the iterator's base seed
+            torch.empty((), dtype=torch.int64).random_(
+                generator=self._g
+            )  # the iterator's base seed
             seed = int(torch.empty((), dtype=torch.int64).random_(generator=self._g).item())
             perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(seed))
             batches = perm.split(self.b)

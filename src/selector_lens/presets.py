@@ -23,49 +23,158 @@ TINY_MODEL = {"n_layers": 1, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp":
 # Base options and grids. A grid's points are its base updated by each combination of values.
 PRESETS = {
     "seeds": {
-        "cpu": {"base": {"k": 5, "n_bases": 800, "steps": 6000, "eval_every": 25, "ckpt_every": 50},
-                "grid": {"seed": [42, 1, 2]}},
+        "cpu": {
+            "base": {"k": 5, "n_bases": 800, "steps": 6000, "eval_every": 25, "ckpt_every": 50},
+            "grid": {"seed": [42, 1, 2]},
+        },
         "paper": {"base": {"k": 10, "n_bases": 1000}, "grid": {"seed": [42, 43, 44]}},
-        "tiny": {"base": {"k": 3, "n_bases": 12, "steps": 120, "eval_every": 10, "ckpt_every": 10, "lr": 3e-3,
-                          "batch_size": 16, **TINY_MODEL}, "grid": {"seed": [1, 2]}},
+        "tiny": {
+            "base": {
+                "k": 3,
+                "n_bases": 12,
+                "steps": 120,
+                "eval_every": 10,
+                "ckpt_every": 10,
+                "lr": 3e-3,
+                "batch_size": 16,
+                **TINY_MODEL,
+            },
+            "grid": {"seed": [1, 2]},
+        },
     },
     "scaling": {
-        "cpu": {"base": {"steps": 4000, "eval_every": 20, "ckpt_every": 500, "eval_groups": "50", "seed": 42},
-                "d": {"k": [5], "D": [500, 1000, 2000, 4000]}, "k": {"k": [4, 5, 10], "D": [2000]}},
-        "paper": {"base": {"seed": 42},
-                  "d": {"k": [3, 5, 7, 10, 15, 20, 25, 36], "n_bases": [1000]},
-                  "k": {"k": [5, 10, 20, 36], "D": [10000, 20000]}},
-        "tiny": {"base": {"steps": 60, "eval_every": 10, "ckpt_every": 60, "lr": 3e-3, "batch_size": 16, **TINY_MODEL},
-                 "d": {"k": [3], "D": [18, 36]}, "k": {"k": [2, 3], "D": [36]}},
+        "cpu": {
+            "base": {
+                "steps": 4000,
+                "eval_every": 20,
+                "ckpt_every": 500,
+                "eval_groups": "50",
+                "seed": 42,
+            },
+            "d": {"k": [5], "D": [500, 1000, 2000, 4000]},
+            "k": {"k": [4, 5, 10], "D": [2000]},
+        },
+        "paper": {
+            "base": {"seed": 42},
+            "d": {"k": [3, 5, 7, 10, 15, 20, 25, 36], "n_bases": [1000]},
+            "k": {"k": [5, 10, 20, 36], "D": [10000, 20000]},
+        },
+        "tiny": {
+            "base": {
+                "steps": 60,
+                "eval_every": 10,
+                "ckpt_every": 60,
+                "lr": 3e-3,
+                "batch_size": 16,
+                **TINY_MODEL,
+            },
+            "d": {"k": [3], "D": [18, 36]},
+            "k": {"k": [2, 3], "D": [36]},
+        },
     },
     "noise": {
-        "cpu": {"base": {"k": 5, "n_bases": 400, "steps": 3000, "eval_every": 20, "ckpt_every": 1000,
-                         "eval_groups": "50", "seed": 42},
-                "lr": {"lr": [3e-4, 1e-3, 2e-3, 5e-3]}, "batch_size": {"batch_size": [32, 64, 128, 256]}},
-        "paper": {"base": {"k": 20, "n_bases": 1000, "seed": 42},
-                  "lr": {"lr": [3e-4, 5e-4, 1e-3, 2e-3, 5e-3]}, "batch_size": {"batch_size": [64, 128, 256, 512]}},
-        "tiny": {"base": {"k": 3, "n_bases": 12, "steps": 60, "eval_every": 10, "ckpt_every": 60, **TINY_MODEL},
-                 "lr": {"lr": [1e-3, 3e-3]}, "batch_size": {"batch_size": [8, 16]}},
+        "cpu": {
+            "base": {
+                "k": 5,
+                "n_bases": 400,
+                "steps": 3000,
+                "eval_every": 20,
+                "ckpt_every": 1000,
+                "eval_groups": "50",
+                "seed": 42,
+            },
+            "lr": {"lr": [3e-4, 1e-3, 2e-3, 5e-3]},
+            "batch_size": {"batch_size": [32, 64, 128, 256]},
+        },
+        "paper": {
+            "base": {"k": 20, "n_bases": 1000, "seed": 42},
+            "lr": {"lr": [3e-4, 5e-4, 1e-3, 2e-3, 5e-3]},
+            "batch_size": {"batch_size": [64, 128, 256, 512]},
+        },
+        "tiny": {
+            "base": {
+                "k": 3,
+                "n_bases": 12,
+                "steps": 60,
+                "eval_every": 10,
+                "ckpt_every": 60,
+                **TINY_MODEL,
+            },
+            "lr": {"lr": [1e-3, 3e-3]},
+            "batch_size": {"batch_size": [8, 16]},
+        },
     },
     "asymmetry": {
         # cpu at D = 4000: at D = 1000 both directions solve within ~120 steps, below what evals resolve
-        "cpu": {"base": {"k": 5, "n_bases": 800, "steps": 4000, "eval_every": 20, "ckpt_every": 1000,
-                         "eval_groups": "50"}, "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [1, 2, 3]}},
-        "paper": {"base": {"k": 10, "n_bases": 1000},
-                  "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [42, 43, 44]}},
-        "tiny": {"base": {"k": 3, "n_bases": 12, "steps": 60, "eval_every": 10, "ckpt_every": 60, "lr": 3e-3,
-                          "batch_size": 16, **TINY_MODEL}, "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [1]}},
+        "cpu": {
+            "base": {
+                "k": 5,
+                "n_bases": 800,
+                "steps": 4000,
+                "eval_every": 20,
+                "ckpt_every": 1000,
+                "eval_groups": "50",
+            },
+            "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [1, 2, 3]},
+        },
+        "paper": {
+            "base": {"k": 10, "n_bases": 1000},
+            "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [42, 43, 44]},
+        },
+        "tiny": {
+            "base": {
+                "k": 3,
+                "n_bases": 12,
+                "steps": 60,
+                "eval_every": 10,
+                "ckpt_every": 60,
+                "lr": 3e-3,
+                "batch_size": 16,
+                **TINY_MODEL,
+            },
+            "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [1]},
+        },
     },
     # the K = 10 baseline again with the paper code's dataset, init and batch order (parity.py);
     # no early stop, so its checkpoints reach the steps the paper's ablation table reports (3,700)
     "parity": {
-        "cpu": {"base": {"k": 5, "n_bases": 800, "steps": 2000, "eval_every": 25, "ckpt_every": 50,
-                         "parity": "paper", "early_stop": False}, "grid": {"seed": [42]}},
-        "paper": {"base": {"k": 10, "n_bases": 1000, "steps": 4000, "parity": "paper", "early_stop": False},
-                  "grid": {"seed": [42]}},
-        "tiny": {"base": {"k": 3, "n_bases": 12, "steps": 60, "eval_every": 10, "ckpt_every": 10, "lr": 3e-3,
-                          "batch_size": 16, "parity": "paper", "early_stop": False, **TINY_MODEL},
-                 "grid": {"seed": [1]}},
+        "cpu": {
+            "base": {
+                "k": 5,
+                "n_bases": 800,
+                "steps": 2000,
+                "eval_every": 25,
+                "ckpt_every": 50,
+                "parity": "paper",
+                "early_stop": False,
+            },
+            "grid": {"seed": [42]},
+        },
+        "paper": {
+            "base": {
+                "k": 10,
+                "n_bases": 1000,
+                "steps": 4000,
+                "parity": "paper",
+                "early_stop": False,
+            },
+            "grid": {"seed": [42]},
+        },
+        "tiny": {
+            "base": {
+                "k": 3,
+                "n_bases": 12,
+                "steps": 60,
+                "eval_every": 10,
+                "ckpt_every": 10,
+                "lr": 3e-3,
+                "batch_size": 16,
+                "parity": "paper",
+                "early_stop": False,
+                **TINY_MODEL,
+            },
+            "grid": {"seed": [1]},
+        },
     },
 }
 
@@ -74,8 +183,15 @@ PRESETS = {
 # whole dataset (None), to see how λmin and the ratio move with the sample.
 GEOMETRY = {
     "cpu": {"sample": 512, "power_iters": 20, "lanczos_iters": 20, "top_k": 5, "noise_batches": 8},
-    "paper": {"sample": 2048, "power_iters": 20, "lanczos_iters": 30, "top_k": 10, "noise_batches": 16,
-              "also": ["k20-nb1000-s42"], "sample_sweep": [512, None]},
+    "paper": {
+        "sample": 2048,
+        "power_iters": 20,
+        "lanczos_iters": 30,
+        "top_k": 10,
+        "noise_batches": 16,
+        "also": ["k20-nb1000-s42"],
+        "sample_sweep": [512, None],
+    },
     "tiny": {"sample": 24, "power_iters": 5, "lanczos_iters": 5, "top_k": 2, "noise_batches": 2},
 }
 
@@ -119,7 +235,10 @@ def paper_eval(options: dict) -> dict:
     forward = {**options, "direction": "bz_to_a", "batch_size": 128}  # both directions alike
     every = 100 if expected_tau(forward, at_default_lr=True) > 3000 else 50
     # batch sizes are compared in examples: evaluate every equal number of examples
-    return {"eval_groups": str(groups), "eval_every": max(1, every * 128 // options.get("batch_size", 128))}
+    return {
+        "eval_groups": str(groups),
+        "eval_every": max(1, every * 128 // options.get("batch_size", 128)),
+    }
 
 
 def expected_tau(options: dict, at_default_lr: bool = False) -> float | None:
@@ -140,7 +259,12 @@ def _paper_options(options: dict) -> dict:
     base_tau = expected_tau(options, at_default_lr=True)
     tau = expected_tau(options)
     cap = max(3000, CAP_OVER_TAU * base_tau, 2 * tau if tau else 0)
-    return {"ckpt_every": 50, **paper_eval(options), "steps": int(math.ceil(cap / 500) * 500), **options}
+    return {
+        "ckpt_every": 50,
+        **paper_eval(options),
+        "steps": int(math.ceil(cap / 500) * 500),
+        **options,
+    }
 
 
 def _expand(base: dict, grid: dict) -> list[dict]:
@@ -156,8 +280,12 @@ def _defaults() -> dict:
     from .config import ModelConfig, TrainConfig
     from .task import SelectorTask
 
-    return {f.name: f.default for cls in (SelectorTask, ModelConfig, TrainConfig) for f in fields(cls)
-            if f.default is not MISSING}
+    return {
+        f.name: f.default
+        for cls in (SelectorTask, ModelConfig, TrainConfig)
+        for f in fields(cls)
+        if f.default is not MISSING
+    }
 
 
 ALWAYS = ("k", "n_bases", "seed")
@@ -170,7 +298,9 @@ def canonical(options: dict) -> dict:
     if "D" in options:
         options["n_bases"] = max(1, round(options.pop("D") / options.get("k", 10)))
     defaults = _defaults()
-    options = {k: v for k, v in options.items() if k in ALWAYS or k not in defaults or v != defaults[k]}
+    options = {
+        k: v for k, v in options.items() if k in ALWAYS or k not in defaults or v != defaults[k]
+    }
     return {"k": defaults["k"], "n_bases": defaults["n_bases"], "seed": defaults["seed"], **options}
 
 
@@ -181,7 +311,13 @@ SHORT = {"batch_size": "bs", "z_length": "z"}
 def run_name(options: dict) -> str:
     """`k10-nb1000-s42`, `k20-nb1000-lr0.002-s42`, `k10-nb1000-a_to_b-s43`, `k20-nb1000-bs64-s42`:
     K, n_bases and seed always, then what the studies vary, when it differs from the default."""
-    defaults = {"parity": "ours", "direction": "bz_to_a", "lr": 1e-3, "batch_size": 128, "z_length": 2}
+    defaults = {
+        "parity": "ours",
+        "direction": "bz_to_a",
+        "lr": 1e-3,
+        "batch_size": 128,
+        "z_length": 2,
+    }
     parts = [f"k{options.get('k', 10)}", f"nb{options['n_bases']}"]
     for key in NAME_ORDER:
         if key in options and options[key] != defaults[key]:
@@ -217,8 +353,10 @@ def study_runs(scale: str) -> dict[str, dict[str, dict]]:
             out[key][name] = options
     if scale == "paper":  # runs read only for τ stop sooner (FAST_STOP)
         full = set(out["seeds"]) | set(out["parity"]) | set(GEOMETRY[scale].get("also", []))
-        out = {key: {n: o if n in full else {**o, **FAST_STOP} for n, o in members.items()}
-               for key, members in out.items()}
+        out = {
+            key: {n: o if n in full else {**o, **FAST_STOP} for n, o in members.items()}
+            for key, members in out.items()
+        }
     return out
 
 
@@ -226,7 +364,9 @@ def pool(scale: str) -> dict[str, dict]:
     """Every distinct run of a scale, in study order (what `reproduce` trains, in this order)."""
     runs: dict[str, dict] = {}
     parts = study_runs(scale)
-    first = [k for k in ("seeds", "parity") if k in parts]  # the baselines first: the cascade reads them
+    first = [
+        k for k in ("seeds", "parity") if k in parts
+    ]  # the baselines first: the cascade reads them
     for part in [parts[k] for k in first] + [v for k, v in parts.items() if k not in first]:
         for name, options in part.items():
             runs.setdefault(name, options)

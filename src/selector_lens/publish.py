@@ -29,7 +29,9 @@ def publish_run(run: Run, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(run.path / rundir.RUN_JSON, dest / rundir.RUN_JSON)
     raw = (run.path / rundir.METRICS).read_bytes()
-    atomic_write(dest / rundir.METRICS_PACKED, lambda tmp: tmp.write_bytes(gzip.compress(raw, mtime=0)))
+    atomic_write(
+        dest / rundir.METRICS_PACKED, lambda tmp: tmp.write_bytes(gzip.compress(raw, mtime=0))
+    )
     manifest = {str(s): checkpoint_checksum(run.ckpt_path(s)) for s in run.steps}
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=0))
     if (run.path / STORE_DIR).is_dir():
@@ -49,8 +51,13 @@ def write_tau_vs_d_svg(scaling: dict, path: Path) -> None:
     if fit:
         lo, hi = fit["alpha_ci"]
         title += f": α = {fit['alpha']:.2f} [{lo:.2f}, {hi:.2f}] (paper 1.19)"
-    svg = loglog_svg([(d, t, f"K={k}") for d, t, k in points], title, "D (examples)", "τ (steps)",
-                     (fit["C"], fit["alpha"]) if fit else None)
+    svg = loglog_svg(
+        [(d, t, f"K={k}") for d, t, k in points],
+        title,
+        "D (examples)",
+        "τ (steps)",
+        (fit["C"], fit["alpha"]) if fit else None,
+    )
     path.write_text(svg)
 
 
@@ -61,7 +68,9 @@ def publish(root, dest, scale: str | None = None, output=None) -> dict:
 
     root, dest = Path(root), Path(dest)
     if not (root / "runs").is_dir():
-        raise SelectorLensError(f"{root} holds no runs (no runs/ folder); run `selector-lens reproduce` first")
+        raise SelectorLensError(
+            f"{root} holds no runs (no runs/ folder); run `selector-lens reproduce` first"
+        )
     done, pending = [], []
     for path in sorted((root / "runs").iterdir()):
         if not rundir.is_run(path):
@@ -72,15 +81,24 @@ def publish(root, dest, scale: str | None = None, output=None) -> dict:
         else:
             pending.append(path.name)
     if scale is None:
-        scale = json.loads((root / "report.json").read_text())["scale"] if (root / "report.json").is_file() else "paper"
-    summary = reproduce(scale, output=Path(output) if output else dest / "report.html", from_=dest, out=dest)
+        scale = (
+            json.loads((root / "report.json").read_text())["scale"]
+            if (root / "report.json").is_file()
+            else "paper"
+        )
+    summary = reproduce(
+        scale, output=Path(output) if output else dest / "report.html", from_=dest, out=dest
+    )
     scaling = dest / "scaling" / "scaling.json"
     if scaling.is_file():  # the README's figure: τ vs D, as a static image
         write_tau_vs_d_svg(json.loads(scaling.read_text()), dest / "tau_vs_d.svg")
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()) / 1e6
     summary.update({"published": done, "still_running": pending, "size_mb": size})
-    (dest / "report.json").write_text(json.dumps({k: v for k, v in summary.items() if k != "output"}, indent=1,
-                                                 default=str))
+    (dest / "report.json").write_text(
+        json.dumps({k: v for k, v in summary.items() if k != "output"}, indent=1, default=str)
+    )
     if size > LIMIT_MB:
-        raise SelectorLensError(f"{dest} holds {size:.1f} MB, over the {LIMIT_MB} MB limit for published results")
+        raise SelectorLensError(
+            f"{dest} holds {size:.1f} MB, over the {LIMIT_MB} MB limit for published results"
+        )
     return summary

@@ -12,10 +12,14 @@ from .errors import SelectorLensError
 from .interventions.ablation import ablate_each_head, head_label
 
 
-def find_routing_head(run, step: int | None = None, mode: str = "mean", sufficiency: bool = True) -> dict:
+def find_routing_head(
+    run, step: int | None = None, mode: str = "mean", sufficiency: bool = True
+) -> dict:
     """Ablate every head at `step` (default: the `post` phase) and name the routing head."""
     if not run.config.task.has_z:
-        raise SelectorLensError(f"{run.path} is a {run.config.task.direction} run: it has no z to route")
+        raise SelectorLensError(
+            f"{run.path} is a {run.config.task.direction} run: it has no z to route"
+        )
     if step is None:
         step = run.phases()["post"]
     run.check_step(step)
@@ -61,7 +65,9 @@ def onset(steps, values, threshold: float) -> int | None:
     return int(np.asarray(steps)[hit[0]]) if len(hit) else None
 
 
-def cascade(run, head=None, dz_threshold: float = 0.1, tau_threshold: float = 0.5, mode: str = "mean") -> dict:
+def cascade(
+    run, head=None, dz_threshold: float = 0.1, tau_threshold: float = 0.5, mode: str = "mean"
+) -> dict:
     """Onsets of the routing head's attention to z, of Δz, and of the loss drop τ, and the lead
     of each over τ as a fraction of τ (paper: Δz leads by ~0.5 τ).
 

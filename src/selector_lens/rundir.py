@@ -47,8 +47,17 @@ def create(path, config: dict, version: str, data: dict, **extra) -> None:
     (path / CKPT_DIR).mkdir(parents=True, exist_ok=True)
     write_json(path / DATA_JSON, data)
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    write_json(path / RUN_JSON, {"config": config, "version": version, "seed": config["seed"],
-                                 "created": created, "status": RUNNING, **extra})
+    write_json(
+        path / RUN_JSON,
+        {
+            "config": config,
+            "version": version,
+            "seed": config["seed"],
+            "created": created,
+            "status": RUNNING,
+            **extra,
+        },
+    )
 
 
 def update(path, **fields) -> dict:

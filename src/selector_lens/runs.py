@@ -39,7 +39,9 @@ class Run:
         """The most recently created run under `root` (what the CLI uses without --run)."""
         found = sorted(Path(root).glob(f"**/{rundir.RUN_JSON}"), key=lambda p: p.stat().st_mtime)
         if not found:
-            raise SelectorLensError(f"no run found under {root}/ (train one with `selector-lens train`)")
+            raise SelectorLensError(
+                f"no run found under {root}/ (train one with `selector-lens train`)"
+            )
         return cls.open(found[-1].parent, progress)
 
     # --- files -----------------------------------------------------------------------------
@@ -65,7 +67,9 @@ class Run:
         try:
             return TrainConfig.from_dict(self.info["config"])
         except (KeyError, TypeError) as e:
-            raise SelectorLensError(f"corrupt file: {self.path / rundir.RUN_JSON} (bad config: {e})") from None
+            raise SelectorLensError(
+                f"corrupt file: {self.path / rundir.RUN_JSON} (bad config: {e})"
+            ) from None
 
     @property
     def status(self) -> str:
@@ -112,7 +116,9 @@ class Run:
 
             manifest = self.path / MANIFEST
             return sorted(int(s) for s in read_json(manifest)) if manifest.is_file() else []
-        return sorted(int(m.group(1)) for p in self.ckpt_dir.iterdir() if (m := CKPT_RE.search(p.name)))
+        return sorted(
+            int(m.group(1)) for p in self.ckpt_dir.iterdir() if (m := CKPT_RE.search(p.name))
+        )
 
     @cached_property
     def task_data(self):
@@ -120,7 +126,10 @@ class Run:
         from its config, which is deterministic."""
         from .task_data import TaskData
 
-        if not (self.path / rundir.DATA_JSON).is_file() and (self.path / rundir.METRICS_PACKED).is_file():
+        if (
+            not (self.path / rundir.DATA_JSON).is_file()
+            and (self.path / rundir.METRICS_PACKED).is_file()
+        ):
             return self.config.task.generate()
         return TaskData.from_strings(self.config.task, **read_json(self.path / rundir.DATA_JSON))
 
@@ -145,7 +154,9 @@ class Run:
 
         self.check_step(step)
         if not self.has_weights:
-            raise SelectorLensError(f"{self.path} is a published run: its weights are not included (step {step})")
+            raise SelectorLensError(
+                f"{self.path} is a published run: its weights are not included (step {step})"
+            )
         if model is None:
             model = build_model(self.config.model, self.config.task, self.config.seed)
         load_weights(model, self.ckpt_path(step), self.config_hash)
@@ -161,7 +172,12 @@ class Run:
         from .transition import tau
 
         rows = [r for r in self.metric_rows() if r.get("candidate_loss") is not None]
-        return tau([r["step"] for r in rows], [r["candidate_loss"] for r in rows], self.config.task.log_k, threshold)
+        return tau(
+            [r["step"] for r in rows],
+            [r["candidate_loss"] for r in rows],
+            self.config.task.log_k,
+            threshold,
+        )
 
     def require_tau(self, consequence: str, threshold: float = 0.5) -> int:
         """τ, or one clear error saying the run has not transitioned and what follows from it."""
@@ -177,7 +193,9 @@ class Run:
         from .metrics import make_eval_set
 
         groups = self.info.get("eval_groups")
-        return make_eval_set(self.task_data, self.config.eval_groups, seed=self.config.seed, groups=groups)
+        return make_eval_set(
+            self.task_data, self.config.eval_groups, seed=self.config.seed, groups=groups
+        )
 
     # --- step selection --------------------------------------------------------------------
     def nearest_step(self, target: float) -> int:
@@ -201,7 +219,9 @@ class Run:
         if phase is not None:
             phases = self.phases()
             if phase not in phases:
-                raise SelectorLensError(f"unknown phase {phase!r}; choose one of {', '.join(phases)}")
+                raise SelectorLensError(
+                    f"unknown phase {phase!r}; choose one of {', '.join(phases)}"
+                )
             return [phases[phase]]
         steps = self.steps
         if not steps:
@@ -222,17 +242,30 @@ class Run:
         t = self.require_tau("the dense window around τ is unknown, nothing pruned")
         lo, hi = window
         if not 0 <= lo <= 1 <= hi or thin_every < 1:
-            raise SelectorLensError("the window must satisfy 0 <= start <= 1 <= end (in units of τ), thin_every >= 1")
+            raise SelectorLensError(
+                "the window must satisfy 0 <= start <= 1 <= end (in units of τ), thin_every >= 1"
+            )
         steps = self.steps
         outside = [s for s in steps if not lo * t <= s <= hi * t]
-        keep = {steps[0], steps[-1], *[s for s in steps if lo * t <= s <= hi * t], *outside[::thin_every]}
+        keep = {
+            steps[0],
+            steps[-1],
+            *[s for s in steps if lo * t <= s <= hi * t],
+            *outside[::thin_every],
+        }
         drop = [s for s in steps if s not in keep]
         if not dry_run:
             for s in drop:
                 self.ckpt_path(s).unlink()
         size = self.ckpt_path(steps[0]).stat().st_size if steps else 0
-        return {"tau": t, "window_steps": (lo * t, hi * t), "keep": sorted(keep), "drop": drop,
-                "freed_mb": len(drop) * size / 1e6, "dry_run": dry_run}
+        return {
+            "tau": t,
+            "window_steps": (lo * t, hi * t),
+            "keep": sorted(keep),
+            "drop": drop,
+            "freed_mb": len(drop) * size / 1e6,
+            "dry_run": dry_run,
+        }
 
     def series(self, steps=None) -> "CheckpointSeries":
         return CheckpointSeries(self, self.steps if steps is None else steps, self.progress)
@@ -252,21 +285,42 @@ def run_table(root, threshold: float = 0.5):
     from .transition import summarize
 
     rows = []
-    paths = ([Path(p) for p in root] if isinstance(root, (list, tuple))
-             else [p.parent for p in sorted(Path(root).glob(f"**/{rundir.RUN_JSON}"))])
+    paths = (
+        [Path(p) for p in root]
+        if isinstance(root, (list, tuple))
+        else [p.parent for p in sorted(Path(root).glob(f"**/{rundir.RUN_JSON}"))]
+    )
     for path in paths:
         run = Run.open(path)
         cfg, t = run.config, run.config.task
         evals = run.metric_rows()
         s = summarize(evals, t.log_k, threshold)
         seen = {r["step"]: r["examples_seen"] for r in evals}
-        rows.append({"run": str(run.path), "k": t.k, "n_bases": t.n_bases, "D": t.n_examples,
-                     "direction": t.direction, "z_length": t.z_length, "lr": cfg.lr,
-                     "batch_size": cfg.batch_size, "seed": cfg.seed, "status": run.status,
-                     "tau": s["tau"], "tau_examples": seen.get(s["tau"]), "plateau_over_log_k": s["plateau_over_log_k"], "final_step": s["final_step"],
-                     "error": rundir.read_error(run.path)})
+        rows.append(
+            {
+                "run": str(run.path),
+                "k": t.k,
+                "n_bases": t.n_bases,
+                "D": t.n_examples,
+                "direction": t.direction,
+                "z_length": t.z_length,
+                "lr": cfg.lr,
+                "batch_size": cfg.batch_size,
+                "seed": cfg.seed,
+                "status": run.status,
+                "tau": s["tau"],
+                "tau_examples": seen.get(s["tau"]),
+                "plateau_over_log_k": s["plateau_over_log_k"],
+                "final_step": s["final_step"],
+                "error": rundir.read_error(run.path),
+            }
+        )
     if not rows:
-        raise SelectorLensError(f"no run found under {root}/" if not isinstance(root, (list, tuple)) else "no runs given")
+        raise SelectorLensError(
+            f"no run found under {root}/"
+            if not isinstance(root, (list, tuple))
+            else "no runs given"
+        )
     return pd.DataFrame(rows)
 
 
@@ -296,6 +350,8 @@ class CheckpointSeries:
             from rich.console import Console
             from rich.progress import track
 
-            steps = track(steps, description="checkpoints", console=Console(stderr=True), transient=True)
+            steps = track(
+                steps, description="checkpoints", console=Console(stderr=True), transient=True
+            )
         for step in steps:
             yield step, self.run.model_at(step, self.model)

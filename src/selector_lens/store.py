@@ -21,7 +21,9 @@ from .errors import SelectorLensError
 from .files import atomic_write_text
 
 STORE_DIR = "analyses"
-MANIFEST = "checkpoints.json"  # a published run's record of the weights it left out: step -> checksum
+MANIFEST = (
+    "checkpoints.json"  # a published run's record of the weights it left out: step -> checksum
+)
 
 
 def checkpoint_checksum(path: Path) -> str | None:
@@ -53,7 +55,9 @@ def step_path(run, analysis: str, params: dict, step: int) -> Path:
     return run.path / STORE_DIR / analysis / _params_hash(params) / f"step_{step:06d}.json"
 
 
-def per_step(run, analysis: str, version: str, params: dict, steps, compute, recompute: bool = False):
+def per_step(
+    run, analysis: str, version: str, params: dict, steps, compute, recompute: bool = False
+):
     """Rows of `analysis` at each step (a DataFrame with a `step` column): served from the store
     where the key matches, the rest computed together by `compute(missing_steps)` and stored."""
     import pandas as pd
@@ -61,8 +65,12 @@ def per_step(run, analysis: str, version: str, params: dict, steps, compute, rec
     steps = list(steps)
     found, missing = {}, []
     for step in steps:
-        key = {"analysis": analysis, "version": f"{__version__}/{version}", "params": params,
-               "checksum": weights_checksum(run, step)}
+        key = {
+            "analysis": analysis,
+            "version": f"{__version__}/{version}",
+            "params": params,
+            "checksum": weights_checksum(run, step),
+        }
         path = step_path(run, analysis, params, step)
         if not recompute and path.is_file():
             stored = json.loads(path.read_text())

@@ -50,7 +50,9 @@ class SweepSpec:
     def from_dict(cls, raw: dict) -> "SweepSpec":
         extra = set(raw) - {"base", "grid"}
         if extra:
-            raise SelectorLensError(f"a sweep spec has keys base and grid, not {', '.join(sorted(extra))}")
+            raise SelectorLensError(
+                f"a sweep spec has keys base and grid, not {', '.join(sorted(extra))}"
+            )
         grid = {k: (v if isinstance(v, list) else [v]) for k, v in (raw.get("grid") or {}).items()}
         if any(len(v) == 0 for v in grid.values()):
             raise SelectorLensError("every grid option needs at least one value")
@@ -71,7 +73,10 @@ class SweepSpec:
     def points(self) -> list[dict]:
         """The grid's points (base options updated by each combination), validated."""
         keys = list(self.grid)
-        pts = [coerce({**self.base, **dict(zip(keys, combo))}) for combo in itertools.product(*self.grid.values())]
+        pts = [
+            coerce({**self.base, **dict(zip(keys, combo))})
+            for combo in itertools.product(*self.grid.values())
+        ]
         for p in pts:
             from_options(p)  # one clear error before anything runs
         return pts
@@ -110,39 +115,66 @@ def run_point(options: dict, out: str, threads: int) -> dict:
         rundir.clear_error(out)
         return {"run": out, "outcome": "done", "tau": run.tau()}
     except Exception as e:  # recorded, and the sweep goes on
-        err = {"run": out, "outcome": "failed", "error": f"{type(e).__name__}: {e}",
-               "traceback": traceback.format_exc()}
+        err = {
+            "run": out,
+            "outcome": "failed",
+            "error": f"{type(e).__name__}: {e}",
+            "traceback": traceback.format_exc(),
+        }
         rundir.write_error(out, err)
         return err
     finally:
         torch.set_num_threads(before)
 
 
-def run_sweep(spec: SweepSpec, root, executor: str = "local", workers: int | None = None,
-              address: str | None = None, progress: bool = False) -> list[dict]:
+def run_sweep(
+    spec: SweepSpec,
+    root,
+    executor: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    progress: bool = False,
+) -> list[dict]:
     """Run every point of `spec` under `root`; returns one outcome per point."""
     if executor not in EXECUTORS:
-        raise SelectorLensError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+        raise SelectorLensError(
+            f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}"
+        )
     points = spec.points()
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     names = [spec.run_name(p) for p in points]
     if len(set(names)) != len(names):
-        raise SelectorLensError("two grid points map to the same run name; vary fewer options at once")
-    record = {"base": spec.base, "grid": spec.grid, "points": [{"name": n, "options": p} for n, p in zip(names, points)]}
+        raise SelectorLensError(
+            "two grid points map to the same run name; vary fewer options at once"
+        )
+    record = {
+        "base": spec.base,
+        "grid": spec.grid,
+        "points": [{"name": n, "options": p} for n, p in zip(names, points)],
+    }
     sweep_json = root / "sweep.json"
     if sweep_json.is_file() and json.loads(sweep_json.read_text())["points"] != record["points"]:
         raise SelectorLensError(f"{root} holds a different sweep; choose another directory")
     sweep_json.write_text(json.dumps(record, indent=1))
-    return run_jobs([(p, str(root / n)) for p, n in zip(points, names)], executor, workers, address, progress)
+    return run_jobs(
+        [(p, str(root / n)) for p, n in zip(points, names)], executor, workers, address, progress
+    )
 
 
-def run_jobs(jobs: list[tuple[dict, str]], executor: str = "local", workers: int | None = None,
-             address: str | None = None, progress: bool = False) -> list[dict]:
+def run_jobs(
+    jobs: list[tuple[dict, str]],
+    executor: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    progress: bool = False,
+) -> list[dict]:
     """Train (or resume, or skip when finished) each (options, run directory); in this order
     as workers free up. Returns one outcome per job."""
     if executor not in EXECUTORS:
-        raise SelectorLensError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+        raise SelectorLensError(
+            f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}"
+        )
     if executor == "batched":  # one process; `workers` caps the runs per batched model
         return _run_batched(jobs, workers, progress)
     cores = os.cpu_count() or 1
@@ -160,10 +192,22 @@ class _Board:
         self.p = None
         if show:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
-            self.p = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                              TextColumn("{task.fields[info]}"), console=Console(stderr=True))
+            self.p = Progress(
+                TextColumn("[bold]sweep"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[info]}"),
+                console=Console(stderr=True),
+            )
             self.p.start()
             self.t = self.p.add_task("sweep", total=total, info="")
         self.total, self.results = total, []
@@ -172,8 +216,9 @@ class _Board:
         self.results.append(result)
         if self.p:
             failed = sum(r["outcome"] == "failed" for r in self.results)
-            self.p.update(self.t, completed=len(self.results),
-                          info=f"running {running}  failed {failed}")
+            self.p.update(
+                self.t, completed=len(self.results), info=f"running {running}  failed {failed}"
+            )
 
     def close(self):
         if self.p:
@@ -199,8 +244,12 @@ def _run_local(jobs, workers: int, threads: int, progress: bool) -> list[dict]:
     from multiprocessing import get_context
 
     board = _Board(len(jobs), progress)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                             initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=get_context("spawn"),
+        initializer=_exit_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
         futures = [pool.submit(run_point, p, out, threads) for p, out in jobs]
         pending = len(futures)
         for fut in as_completed(futures):
@@ -245,11 +294,17 @@ def _run_ray(jobs, threads: int, address: str | None, progress: bool) -> list[di
     try:
         import ray
     except ImportError:
-        raise SelectorLensError("the ray executor needs Ray: pip install 'selector-lens[ray]'") from None
+        raise SelectorLensError(
+            "the ray executor needs Ray: pip install 'selector-lens[ray]'"
+        ) from None
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, num_cpus=None if address else os.cpu_count(), include_dashboard=False,
-                 log_to_driver=False)
+        ray.init(
+            address=address,
+            num_cpus=None if address else os.cpu_count(),
+            include_dashboard=False,
+            log_to_driver=False,
+        )
     try:
         remote = ray.remote(num_cpus=threads)(run_point)
         refs = [remote.remote(p, out, threads) for p, out in jobs]

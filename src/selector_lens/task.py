@@ -47,15 +47,23 @@ class SelectorTask:
     a_length: int = _opt(4, "Characters of a target string A.")
     z_length: int = _opt(2, "Characters of a selector z.")
     direction: str = _opt("bz_to_a", "What maps to what.", DIRECTIONS)
-    unique_first_char: bool = _opt(True, "The K targets of a base start with K different characters.")
+    unique_first_char: bool = _opt(
+        True, "The K targets of a base start with K different characters."
+    )
     seed: int = _opt(42, "Seed of the sampled strings.")
-    parity: str = _opt("ours", "paper: the paper code's dataset, initial weights, batch order and lr, "
-                       "string for string (parity.py).", PARITIES)
+    parity: str = _opt(
+        "ours",
+        "paper: the paper code's dataset, initial weights, batch order and lr, "
+        "string for string (parity.py).",
+        PARITIES,
+    )
 
     def __post_init__(self):
         n = len(ALPHABET)
         if self.parity not in PARITIES:
-            raise SelectorLensError(f"unknown parity {self.parity!r}; choose one of {', '.join(PARITIES)}")
+            raise SelectorLensError(
+                f"unknown parity {self.parity!r}; choose one of {', '.join(PARITIES)}"
+            )
         if self.direction not in DIRECTIONS:
             raise SelectorLensError(
                 f"unknown direction {self.direction!r}; choose one of {', '.join(DIRECTIONS)}"

@@ -31,7 +31,11 @@ class TaskData:
 
     @classmethod
     def from_strings(cls, task: SelectorTask, bases, zs, targets) -> "TaskData":
-        if len(bases) != task.n_bases or len(zs) != task.k or any(len(t) != task.k for t in targets):
+        if (
+            len(bases) != task.n_bases
+            or len(zs) != task.k
+            or any(len(t) != task.k for t in targets)
+        ):
             raise SelectorLensError("strings do not match the task's n_bases and k")
         rows = []
         for g, b in enumerate(bases):

@@ -76,9 +76,13 @@ def train_step(models, opts, batches: torch.Tensor, first: int, grad_clip: float
     """
     logits = fused.forward(list(models), batches, positions=slice(first, -1))  # [M, B, P, V]
     targets = batches[:, :, first + 1 :]
-    losses = torch.nn.functional.cross_entropy(
-        logits.flatten(0, 2), targets.reshape(-1), reduction="none"
-    ).view(len(models), -1).mean(1)
+    losses = (
+        torch.nn.functional.cross_entropy(
+            logits.flatten(0, 2), targets.reshape(-1), reduction="none"
+        )
+        .view(len(models), -1)
+        .mean(1)
+    )
     for opt in opts:
         opt.zero_grad(set_to_none=True)
     losses.sum().backward()
@@ -105,10 +109,16 @@ def _prepare(cfg: TrainConfig, out: Path, resume: bool) -> tuple[Run, bool]:
     if rundir.is_run(out):
         diff = Run.open(out).config.differences(cfg)
         if diff:
-            raise SelectorLensError(f"{out} holds a different run ({'; '.join(diff[:3])}); choose another --out")
+            raise SelectorLensError(
+                f"{out} holds a different run ({'; '.join(diff[:3])}); choose another --out"
+            )
         if not resume:
-            raise SelectorLensError(f"{out} already holds this run; pass --resume to continue it or choose another --out")
-        rundir.update(out, config=cfg.to_dict(), status=rundir.RUNNING)  # steps may have been extended
+            raise SelectorLensError(
+                f"{out} already holds this run; pass --resume to continue it or choose another --out"
+            )
+        rundir.update(
+            out, config=cfg.to_dict(), status=rundir.RUNNING
+        )  # steps may have been extended
         return run, run.state_path.is_file()
     rundir.create(out, cfg.to_dict(), __version__, cfg.task.generate().to_json())
     return run, False
@@ -116,7 +126,14 @@ def _prepare(cfg: TrainConfig, out: Path, resume: bool) -> tuple[Run, bool]:
 
 def batch_key(cfg: TrainConfig) -> tuple:
     """Runs with equal keys can train together as one batched model (`train_many`)."""
-    return (cfg.model, cfg.task.seq_len, cfg.task.first_target_pos, cfg.batch_size, cfg.grad_clip, cfg.device)
+    return (
+        cfg.model,
+        cfg.task.seq_len,
+        cfg.task.first_target_pos,
+        cfg.batch_size,
+        cfg.grad_clip,
+        cfg.device,
+    )
 
 
 def train(cfg: TrainConfig, out=None, resume: bool = False, progress: bool = False) -> Run:
@@ -135,7 +152,9 @@ def train_many(cfgs, outs=None, resume: bool = False, progress: bool = False) ->
     cfgs = list(cfgs)
     outs = list(outs) if outs is not None else [None] * len(cfgs)
     if len({batch_key(c) for c in cfgs}) > 1:
-        raise SelectorLensError("train_many needs runs with the same model, sequence length, batch size, clipping and device")
+        raise SelectorLensError(
+            "train_many needs runs with the same model, sequence length, batch size, clipping and device"
+        )
     states = []
     try:
         for c, o in zip(cfgs, outs):
@@ -148,8 +167,13 @@ def train_many(cfgs, outs=None, resume: bool = False, progress: bool = False) ->
                 batch = s.next_batch()
                 by_rows.setdefault(len(batch), []).append((s, batch))
             for members in by_rows.values():
-                losses = train_step([s.model for s, _ in members], [s.opt for s, _ in members],
-                                    torch.stack([b for _, b in members]), first, clip)
+                losses = train_step(
+                    [s.model for s, _ in members],
+                    [s.opt for s, _ in members],
+                    torch.stack([b for _, b in members]),
+                    first,
+                    clip,
+                )
                 for (s, _), loss in zip(members, losses):
                     s.after_step(loss)
             active = [s for s in active if not s.done]
@@ -172,7 +196,10 @@ class _RunState:
         self.chash = config_hash(self.task, cfg.model)
         self.model = build_model(cfg.model, self.task, cfg.seed, device)
         self.opt = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay
+            self.model.parameters(),
+            lr=cfg.lr,
+            betas=(cfg.beta1, cfg.beta2),
+            weight_decay=cfg.weight_decay,
         )
         self.eval_set = self.run.eval_set()  # a resumed run keeps the groups it recorded
         if self.task.parity == "paper":
@@ -192,8 +219,12 @@ class _RunState:
                 state = torch.load(self.run.state_path, map_location=device, weights_only=True)
                 self.step, elapsed = state["step"], state["elapsed"]
                 self.opt.load_state_dict(state["optimizer"])
-            except Exception as e:  # torn or foreign file (a pickle with code is refused, never run): name it
-                raise SelectorLensError(f"corrupt checkpoint: {self.run.state_path} ({type(e).__name__})") from None
+            except (
+                Exception
+            ) as e:  # torn or foreign file (a pickle with code is refused, never run): name it
+                raise SelectorLensError(
+                    f"corrupt checkpoint: {self.run.state_path} ({type(e).__name__})"
+                ) from None
             self.run.model_at(self.step, self.model)
             self.rows = [r for r in self.run.metric_rows() if r["step"] <= self.step]
             atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in self.rows))
@@ -211,7 +242,9 @@ class _RunState:
             self.checkpoint(0)
         self.bar = _Progress(cfg, self.step) if progress else None
         self.model.train()
-        self.stopped = cfg.early_stop and self.streak >= cfg.early_stop_evals  # resuming an early-stopped run
+        self.stopped = (
+            cfg.early_stop and self.streak >= cfg.early_stop_evals
+        )  # resuming an early-stopped run
 
     @property
     def done(self) -> bool:
@@ -239,7 +272,11 @@ class _RunState:
 
     def evaluate(self, step: int) -> dict:
         self.model.eval()
-        row = {"step": step, "examples_seen": self.order.examples_seen(step), "lr": lr_at(self.cfg, max(step, 1))}
+        row = {
+            "step": step,
+            "examples_seen": self.order.examples_seen(step),
+            "lr": lr_at(self.cfg, max(step, 1)),
+        }
         row.update(evaluate(self.model, self.eval_set))
         row["wall_s"] = time.perf_counter() - self.t0
         self.model.train()
@@ -251,7 +288,11 @@ class _RunState:
 
     def checkpoint(self, step: int) -> None:
         save_weights(self.model, self.run.ckpt_path(step), step, self.chash)
-        state = {"step": step, "elapsed": time.perf_counter() - self.t0, "optimizer": self.opt.state_dict()}
+        state = {
+            "step": step,
+            "elapsed": time.perf_counter() - self.t0,
+            "optimizer": self.opt.state_dict(),
+        }
         atomic_write(self.run.state_path, lambda tmp: torch.save(state, tmp))
 
     def close(self) -> None:
@@ -261,7 +302,10 @@ class _RunState:
         self.log.close()
 
     def finish(self) -> Run:
-        summary = {**summarize(self.rows, self.task.log_k), "wall_time_s": time.perf_counter() - self.t0}
+        summary = {
+            **summarize(self.rows, self.task.log_k),
+            "wall_time_s": time.perf_counter() - self.t0,
+        }
         rundir.finish(self.out, self.stopped, summary)
         return self.run
 
@@ -270,11 +314,20 @@ class _Progress:
     """A rich progress bar: step, train loss, candidate loss against log K."""
 
     def __init__(self, cfg: TrainConfig, start: int):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
         self.log_k = cfg.task.log_k
         self.p = Progress(
-            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
             TextColumn("{task.fields[info]}"),
         )
         self.p.start()

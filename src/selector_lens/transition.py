@@ -66,7 +66,9 @@ def power_law_fit(x, y, n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> 
 
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if len(x) != len(y) or len(x) < 2 or len(np.unique(x)) < 2:
-        raise SelectorLensError(f"a power-law fit needs at least two points with distinct x (got {len(x)})")
+        raise SelectorLensError(
+            f"a power-law fit needs at least two points with distinct x (got {len(x)})"
+        )
     if (x <= 0).any() or (y <= 0).any():
         raise SelectorLensError("a power-law fit needs positive x and y")
     lx, ly = np.log(x), np.log(y)
@@ -83,9 +85,20 @@ def power_law_fit(x, y, n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> 
                 continue
             draws.append(np.polyfit(lx[idx], ly[idx], 1))
     draws = np.array(draws).reshape(-1, 2)
-    lo, hi = (np.quantile(draws[:, 0], [(1 - ci) / 2, (1 + ci) / 2]) if len(draws) else (math.nan, math.nan))
-    return {"alpha": float(alpha), "C": float(np.exp(logc)), "r2": float(r2), "ci": ci,
-            "alpha_ci": (float(lo), float(hi)), "n": int(len(x)), "draws": draws}
+    lo, hi = (
+        np.quantile(draws[:, 0], [(1 - ci) / 2, (1 + ci) / 2])
+        if len(draws)
+        else (math.nan, math.nan)
+    )
+    return {
+        "alpha": float(alpha),
+        "C": float(np.exp(logc)),
+        "r2": float(r2),
+        "ci": ci,
+        "alpha_ci": (float(lo), float(hi)),
+        "n": int(len(x)),
+        "draws": draws,
+    }
 
 
 def scaling_fits(table) -> dict:
@@ -95,13 +108,20 @@ def scaling_fits(table) -> dict:
     k_beyond_D: the slope of the τ-vs-D residuals (log) against log K (0: no K effect beyond D).
     """
     done = table[table.tau.notna()]
-    out = {"n_runs": int(len(table)), "n_transitioned": int(len(done)), "tau_vs_D": None, "tau_vs_K": {},
-           "k_beyond_D": None}
+    out = {
+        "n_runs": int(len(table)),
+        "n_transitioned": int(len(done)),
+        "tau_vs_D": None,
+        "tau_vs_K": {},
+        "k_beyond_D": None,
+    }
     if done.D.nunique() >= 2:
         fit = power_law_fit(done.D, done.tau)
         out["tau_vs_D"] = {k: v for k, v in fit.items() if k != "draws"}
         if done.k.nunique() >= 2:
-            resid = np.log(done.tau.astype(float)) - np.log(fit["C"] * done.D.astype(float) ** fit["alpha"])
+            resid = np.log(done.tau.astype(float)) - np.log(
+                fit["C"] * done.D.astype(float) ** fit["alpha"]
+            )
             out["k_beyond_D"] = float(np.polyfit(np.log(done.k.astype(float)), resid, 1)[0])
     for d, part in done.groupby("D"):
         if part.k.nunique() >= 2:
@@ -131,7 +151,9 @@ def group_crossing_steps(steps, group_acc: np.ndarray, level: float = 0.5) -> np
     return np.where(first >= 0, steps[np.maximum(first, 0)], np.inf)
 
 
-def collective_transition(rows: list[dict], k: int, tau_step: int | None, level: float = 0.5) -> dict:
+def collective_transition(
+    rows: list[dict], k: int, tau_step: int | None, level: float = 0.5
+) -> dict:
     """Do the groups switch together (docs/science.md claim 3)? From the stored per-group accuracy.
 
     A group crosses at its first eval with candidate accuracy > `level`. Reports the fraction of
@@ -146,14 +168,26 @@ def collective_transition(rows: list[dict], k: int, tau_step: int | None, level:
     acc = np.array([r["group_correct"] for r in rows], dtype=float) / k
     cross = group_crossing_steps(steps, acc, level)
     crossed = cross[np.isfinite(cross)]
-    out = {"groups": int(acc.shape[1]), "never_crossed": int((~np.isfinite(cross)).sum()), "level": level}
+    out = {
+        "groups": int(acc.shape[1]),
+        "never_crossed": int((~np.isfinite(cross)).sum()),
+        "level": level,
+    }
     if tau_step:
-        out.update({f"crossed_by_{name}": float((cross <= f * tau_step).mean())
-                    for name, f in (("half_tau", 0.5), ("tau", 1.0), ("1.5_tau", 1.5))})
+        out.update(
+            {
+                f"crossed_by_{name}": float((cross <= f * tau_step).mean())
+                for name, f in (("half_tau", 0.5), ("tau", 1.0), ("1.5_tau", 1.5))
+            }
+        )
     if len(crossed) >= 2:
         q10, q50, q90 = np.quantile(crossed, [0.1, 0.5, 0.9])
-        out.update({"crossing_q10": float(q10), "crossing_median": float(q50), "crossing_q90": float(q90)})
+        out.update(
+            {"crossing_q10": float(q10), "crossing_median": float(q50), "crossing_q90": float(q90)}
+        )
         if tau_step:
             out["window_over_tau"] = float((q90 - q10) / tau_step)
-        out["incremental_window_over_tau"] = float(0.8 * crossed.max() / tau_step) if tau_step else None
+        out["incremental_window_over_tau"] = (
+            float(0.8 * crossed.max() / tau_step) if tau_step else None
+        )
     return out

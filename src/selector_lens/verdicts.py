@@ -7,7 +7,12 @@ the rule in its docstring, so it can be read and tested on its own (tests/test_v
 
 from __future__ import annotations
 
-REPRODUCED, PARTLY, NOT_REPRODUCED, NO_RESULT = "reproduced", "partly", "not reproduced", "no result"
+REPRODUCED, PARTLY, NOT_REPRODUCED, NO_RESULT = (
+    "reproduced",
+    "partly",
+    "not reproduced",
+    "no result",
+)
 VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, NO_RESULT)
 
 
@@ -49,9 +54,13 @@ def cascade(rows: list[dict]) -> str:
     if not done:
         return NO_RESULT
     leads = [r["dz_lead_frac"] for r in done if r["dz_lead_frac"] is not None]
-    return _of([bool(leads) and all(x > 0.1 for x in leads),
-                all(r["mean_ablation_delta"]["post"] >= 1.0 for r in done),
-                all(r["best_alone_candidate_loss"] > 0.5 * r["log_k"] for r in done)])
+    return _of(
+        [
+            bool(leads) and all(x > 0.1 for x in leads),
+            all(r["mean_ablation_delta"]["post"] >= 1.0 for r in done),
+            all(r["best_alone_candidate_loss"] > 0.5 * r["log_k"] for r in done),
+        ]
+    )
 
 
 def geometry(plateau: list[dict]) -> str:
@@ -60,8 +69,13 @@ def geometry(plateau: list[dict]) -> str:
     noise on the top curvature directions everywhere. No plateau checkpoint: no result."""
     if not plateau:
         return NO_RESULT
-    return _of([all(r["lambda_min"] < 0 for r in plateau), all(r["ratio"] >= 100 for r in plateau),
-                all(r["noise_share_top"] >= 0.5 for r in plateau)])
+    return _of(
+        [
+            all(r["lambda_min"] < 0 for r in plateau),
+            all(r["ratio"] >= 100 for r in plateau),
+            all(r["noise_share_top"] >= 0.5 for r in plateau),
+        ]
+    )
 
 
 def parity(rows: list[dict], head: str = "L0H3") -> str:
@@ -83,7 +97,13 @@ def scaling(fits: dict) -> str:
     lo, hi = f["alpha_ci"]
     in_d = lo <= 1.31 and hi >= 1.14
     flat_k = bool(kf) and all(k["alpha_ci"][0] <= 0.2 and k["alpha_ci"][1] >= -0.2 for k in kf)
-    return REPRODUCED if in_d and flat_k else PARTLY if (f["alpha"] > 0.5 or flat_k) else NOT_REPRODUCED
+    return (
+        REPRODUCED
+        if in_d and flat_k
+        else PARTLY
+        if (f["alpha"] > 0.5 or flat_k)
+        else NOT_REPRODUCED
+    )
 
 
 def noise(subclaims: dict[str, bool], lr_escaped: int, batch_escaped: int) -> str:
@@ -102,7 +122,9 @@ def falsified(collective_verdict: str, noise_verdict: str, more_noise_slows: boo
     escapes later than lr 1e-3 or never. Both: reproduced; either (or claim 3 partly): partly;
     no evidence either way while a claim has no result: no result."""
     against_incremental = collective_verdict in (REPRODUCED, PARTLY)
-    if NO_RESULT in (collective_verdict, noise_verdict) and not (against_incremental or more_noise_slows):
+    if NO_RESULT in (collective_verdict, noise_verdict) and not (
+        against_incremental or more_noise_slows
+    ):
         return NO_RESULT
     if collective_verdict == REPRODUCED and more_noise_slows:
         return REPRODUCED
@@ -115,4 +137,6 @@ def asymmetry(mean_ratio: float | None) -> str:
     reproduced. No seed solved in both directions: no result."""
     if mean_ratio is None:
         return NO_RESULT
-    return REPRODUCED if 1.7 <= mean_ratio <= 4.4 else PARTLY if mean_ratio > 1.1 else NOT_REPRODUCED
+    return (
+        REPRODUCED if 1.7 <= mean_ratio <= 4.4 else PARTLY if mean_ratio > 1.1 else NOT_REPRODUCED
+    )

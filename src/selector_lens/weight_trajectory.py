@@ -18,7 +18,9 @@ def _state(run, step: int, names: list[str]) -> dict[str, torch.Tensor]:
     from .model import read_checkpoint
 
     if not run.has_weights:
-        raise SelectorLensError(f"{run.path} is a published run: its weights are not included (step {step})")
+        raise SelectorLensError(
+            f"{run.path} is a published run: its weights are not included (step {step})"
+        )
     state, _ = read_checkpoint(run.ckpt_path(step))
     return {n: state[n].double() for n in names}
 
@@ -29,7 +31,10 @@ def trajectory(states) -> list[dict]:
     between this displacement and the previous one (NaN where undefined)."""
     rows, prev, prev_delta = [], None, None
     for step, state in states:
-        row = {"step": step, "total_norm": math.sqrt(sum(float(t.pow(2).sum()) for t in state.values()))}
+        row = {
+            "step": step,
+            "total_norm": math.sqrt(sum(float(t.pow(2).sum()) for t in state.values())),
+        }
         row.update({f"norm.{n}": float(t.norm()) for n, t in state.items() if t.dim() >= 2})
         if prev is None:
             row.update({"displacement": math.nan, "cosine": math.nan})

@@ -50,8 +50,9 @@ class HeadAblation:
 
     heads: list[tuple[int, int]]
     mode: str
-    values: dict[tuple[int, int], Float[Tensor, "seq d_head"] | Float[Tensor, "n seq d_head"]] = field(
-        default_factory=dict, repr=False)
+    values: dict[tuple[int, int], Float[Tensor, "seq d_head"] | Float[Tensor, "n seq d_head"]] = (
+        field(default_factory=dict, repr=False)
+    )
 
     @property
     def per_example(self) -> bool:
@@ -64,7 +65,9 @@ class HeadAblation:
             by_layer[layer].append(head)
 
         def make(layer, heads):
-            def hook(z: Float[Tensor, "rows pos head d_head"], hook) -> Float[Tensor, "rows pos head d_head"]:
+            def hook(
+                z: Float[Tensor, "rows pos head d_head"], hook
+            ) -> Float[Tensor, "rows pos head d_head"]:
                 pos = slice(offset, offset + z.shape[1])
                 for h in heads:
                     if self.mode == "zero":
@@ -81,7 +84,9 @@ class HeadAblation:
 
 
 @torch.inference_mode()
-def head_ablation(model, es, heads, mode: str = "mean", seed: int = 0, chunk: int = 1024) -> HeadAblation:
+def head_ablation(
+    model, es, heads, mode: str = "mean", seed: int = 0, chunk: int = 1024
+) -> HeadAblation:
     """Build the ablation of `heads` for evaluation set `es` (means / resamples from its clean run)."""
     if mode not in MODES:
         raise SelectorLensError(f"unknown ablation mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -101,9 +106,13 @@ def head_ablation(model, es, heads, mode: str = "mean", seed: int = 0, chunk: in
             if layer == hook.layer():
                 acts[(layer, head)].append(z[:, :, head].cpu())
 
-    hooks = [(f"blocks.{layer}.attn.hook_z", keep) for layer in sorted({layer for layer, _ in heads})]
+    hooks = [
+        (f"blocks.{layer}.attn.hook_z", keep) for layer in sorted({layer for layer, _ in heads})
+    ]
     for lo in range(0, len(es.tokens), chunk):
-        fused.forward(model, es.tokens[lo : lo + chunk].to(device), fwd_hooks=hooks, positions=slice(0, 0))
+        fused.forward(
+            model, es.tokens[lo : lo + chunk].to(device), fwd_hooks=hooks, positions=slice(0, 0)
+        )
     n = len(es.tokens)
     source = resample_sources(n, seed)
     for key, parts in acts.items():
@@ -128,8 +137,15 @@ METRICS = ("loss", "first_target_loss", "candidate_loss", "candidate_acc", "dz")
 ABLATION_VERSION = "1"  # bump when the ablation's numbers change: stored tables are then recomputed
 
 
-def ablate_heads(run, heads, mode: str = "mean", steps=None, keep_only: bool = False, seed: int = 0,
-                 recompute: bool = False):
+def ablate_heads(
+    run,
+    heads,
+    mode: str = "mean",
+    steps=None,
+    keep_only: bool = False,
+    seed: int = 0,
+    recompute: bool = False,
+):
     """Clean vs ablated metrics at each step, one row per step (a tidy DataFrame).
 
     `keep_only=True` ablates every head except `heads` (sufficiency). Clean values come from the
@@ -139,12 +155,25 @@ def ablate_heads(run, heads, mode: str = "mean", steps=None, keep_only: bool = F
     return _stored_table(run, [list(heads)], mode, steps, keep_only, seed, recompute)
 
 
-def ablate_each_head(run, steps=None, mode: str = "mean", keep_only: bool = False, seed: int = 0,
-                     recompute: bool = False):
+def ablate_each_head(
+    run,
+    steps=None,
+    mode: str = "mean",
+    keep_only: bool = False,
+    seed: int = 0,
+    recompute: bool = False,
+):
     """`ablate_heads` for every head in turn (necessity), or every head alone kept (sufficiency)."""
     cfg = run.config.model
-    return _stored_table(run, [[(l, h)] for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
-                         mode, steps, keep_only, seed, recompute)
+    return _stored_table(
+        run,
+        [[(l, h)] for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
+        mode,
+        steps,
+        keep_only,
+        seed,
+        recompute,
+    )
 
 
 def _stored_table(run, head_sets, mode, steps, keep_only, seed, recompute):
@@ -157,10 +186,22 @@ def _stored_table(run, head_sets, mode, steps, keep_only, seed, recompute):
     steps = run.steps if steps is None else list(steps)
     for step in steps:
         run.check_step(step)
-    params = {"head_sets": [[list(h) for h in hs] for hs in head_sets], "mode": mode, "keep_only": keep_only,
-              "seed": seed, "eval_set": "the run's recorded groups"}
-    return per_step(run, "ablation", ABLATION_VERSION, params, steps,
-                    lambda todo: _ablation_table(run, head_sets, mode, todo, keep_only, seed), recompute)
+    params = {
+        "head_sets": [[list(h) for h in hs] for hs in head_sets],
+        "mode": mode,
+        "keep_only": keep_only,
+        "seed": seed,
+        "eval_set": "the run's recorded groups",
+    }
+    return per_step(
+        run,
+        "ablation",
+        ABLATION_VERSION,
+        params,
+        steps,
+        lambda todo: _ablation_table(run, head_sets, mode, todo, keep_only, seed),
+        recompute,
+    )
 
 
 def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
@@ -186,7 +227,12 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
             targets = [x for x in every if x not in heads] if keep_only else heads
             abl = HeadAblation(targets, mode, {t: sources[t] for t in targets if t in sources})
             ablated = evaluate(model, es, intervention=abl)
-            row = {"step": step, "heads": "+".join(head_label(*h) for h in heads), "mode": mode, "keep_only": keep_only}
+            row = {
+                "step": step,
+                "heads": "+".join(head_label(*h) for h in heads),
+                "mode": mode,
+                "keep_only": keep_only,
+            }
             if len(heads) == 1:
                 row["layer"], row["head"] = heads[0]
             for m in METRICS:
@@ -200,7 +246,9 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
 TRAINING_ABLATION_VERSION = "1"
 
 
-def training_set_ablation(run, steps, n_examples: int = 2048, seed: int = 0, recompute: bool = False):
+def training_set_ablation(
+    run, steps, n_examples: int = 2048, seed: int = 0, recompute: bool = False
+):
     """The paper's per-head measure: mean-ablate each head's `hook_z` (its mean over the
     examples, position by position) on `n_examples` training examples (the first of a seeded
     `randperm` of the dataset), and report per step x head the change of the training loss (A
@@ -213,8 +261,15 @@ def training_set_ablation(run, steps, n_examples: int = 2048, seed: int = 0, rec
     for step in steps:
         run.check_step(step)
     params = {"n_examples": n_examples, "seed": seed, "mode": "mean"}
-    return per_step(run, "training_ablation", TRAINING_ABLATION_VERSION, params, steps,
-                    lambda todo: _training_ablation(run, todo, n_examples, seed), recompute)
+    return per_step(
+        run,
+        "training_ablation",
+        TRAINING_ABLATION_VERSION,
+        params,
+        steps,
+        lambda todo: _training_ablation(run, todo, n_examples, seed),
+        recompute,
+    )
 
 
 def _training_losses(logits, tokens, task, first_chars) -> dict:
@@ -225,8 +280,11 @@ def _training_losses(logits, tokens, task, first_chars) -> dict:
     tok = -logp.gather(-1, target[..., None])[..., 0]
     cand = logits[:, first].gather(-1, first_chars).log_softmax(-1)  # [N, K] over the base's firsts
     correct = (first_chars == target[:, :1]).float().argmax(-1)
-    return {"loss": tok.mean().item(), "first": tok[:, 0].mean().item(),
-            "cand": -cand.gather(-1, correct[:, None]).mean().item()}
+    return {
+        "loss": tok.mean().item(),
+        "first": tok[:, 0].mean().item(),
+        "cand": -cand.gather(-1, correct[:, None]).mean().item(),
+    }
 
 
 @torch.inference_mode()
@@ -234,23 +292,39 @@ def _training_ablation(run, steps, n_examples, seed):
     import pandas as pd
 
     task, data = run.config.task, run.task_data
-    idx = torch.randperm(task.n_examples, generator=torch.Generator().manual_seed(seed))[:n_examples]
+    idx = torch.randperm(task.n_examples, generator=torch.Generator().manual_seed(seed))[
+        :n_examples
+    ]
     tokens = data.tokens[idx]
     first_chars = data.candidates[data.group[idx], :, 0]  # [N, K] the base's K first target tokens
     rows = []
     for step, model in run.series(steps):
-        logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("attn.hook_z"))
+        logits, cache = model.run_with_cache(
+            tokens, names_filter=lambda n: n.endswith("attn.hook_z")
+        )
         clean = _training_losses(logits, tokens, task, first_chars)
         for layer in range(model.cfg.n_layers):
             mean = cache[f"blocks.{layer}.attn.hook_z"].mean(0)  # [pos, head, d_head]
             for head in range(model.cfg.n_heads):
+
                 def hook(z, hook, h=head):
                     z[:, :, h] = mean[:, h]
                     return z
 
-                ablated = _training_losses(model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", hook)]),
-                                           tokens, task, first_chars)
-                rows.append({"step": step, "layer": layer, "head": head, "label": head_label(layer, head),
-                             **{f"clean_{k}": v for k, v in clean.items()},
-                             **{f"d_{k}": ablated[k] - clean[k] for k in clean}})
+                ablated = _training_losses(
+                    model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", hook)]),
+                    tokens,
+                    task,
+                    first_chars,
+                )
+                rows.append(
+                    {
+                        "step": step,
+                        "layer": layer,
+                        "head": head,
+                        "label": head_label(layer, head),
+                        **{f"clean_{k}": v for k, v in clean.items()},
+                        **{f"d_{k}": ablated[k] - clean[k] for k in clean},
+                    }
+                )
     return pd.DataFrame(rows)

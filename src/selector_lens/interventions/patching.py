@@ -38,7 +38,7 @@ def patch(
     positions: list[int] | str | None = None,
     heads: list[int] | None = None,
     patches_per_pass: int = 16,
-) -> Float[Tensor, "layer *pos_head"]:
+) -> Float[Tensor, "layer ..."]:
     """Metric of the corrupted run with each (layer, position[, head]) activation patched from clean.
 
     `positions`: None for every position one at a time, a list of positions one at a time, or
@@ -48,7 +48,9 @@ def patch(
     if site not in SITES:
         raise SelectorLensError(f"unknown site {site!r}; choose one of {', '.join(SITES)}")
     if clean_tokens.shape != corrupt_tokens.shape:
-        raise SelectorLensError(f"clean {tuple(clean_tokens.shape)} and corrupt {tuple(corrupt_tokens.shape)} tokens differ in shape")
+        raise SelectorLensError(
+            f"clean {tuple(clean_tokens.shape)} and corrupt {tuple(corrupt_tokens.shape)} tokens differ in shape"
+        )
     L, H = model.cfg.n_layers, model.cfg.n_heads
     B, seq = corrupt_tokens.shape
     at_once = isinstance(positions, str) and positions == "all"
@@ -84,7 +86,9 @@ def patch(
                         act[i, :, p, h] = clean[:, p, h]
                 return act.view(len(chunk) * B, *act.shape[2:])
 
-            logits = model.run_with_hooks(corrupt_tokens.repeat(len(chunk), 1), fwd_hooks=[(name, hook)])
+            logits = model.run_with_hooks(
+                corrupt_tokens.repeat(len(chunk), 1), fwd_hooks=[(name, hook)]
+            )
             logits = logits.view(len(chunk), B, *logits.shape[1:])
             for i in range(len(chunk)):
                 out[l, lo + i] = float(metric(logits[i]))
@@ -113,21 +117,28 @@ def z_corruption(data, examples=None, shift: int = 1) -> ZCorruption:
             "elsewhere z does not change the target"
         )
     if shift % task.k == 0:
-        raise SelectorLensError(f"shift {shift} is a multiple of K={task.k}: the selector would not change")
+        raise SelectorLensError(
+            f"shift {shift} is a multiple of K={task.k}: the selector would not change"
+        )
     ex = torch.arange(len(data.tokens)) if examples is None else torch.as_tensor(examples)
     other = data.group[ex] * task.k + (data.choice[ex] + shift) % task.k
     clean = data.tokens[ex]
     corrupt = clean.clone()
     corrupt[:, task.z_positions] = data.tokens[other][:, task.z_positions]
     first = task.source_length
-    return ZCorruption(clean, corrupt, clean[:, first], data.tokens[other][:, first], first - 1, task.z_positions)
+    return ZCorruption(
+        clean, corrupt, clean[:, first], data.tokens[other][:, first], first - 1, task.z_positions
+    )
 
 
 def logit_diff(logits: Float[Tensor, "n seq vocab"], corruption: ZCorruption) -> Float[Tensor, ""]:
     """Mean logit of the clean a1 minus that of the corrupted a1, at the a1-predicting position."""
     at = logits[:, corruption.pos]
     rows = torch.arange(len(at))
-    return (at[rows, corruption.clean_target.to(at.device)] - at[rows, corruption.corrupt_target.to(at.device)]).mean()
+    return (
+        at[rows, corruption.clean_target.to(at.device)]
+        - at[rows, corruption.corrupt_target.to(at.device)]
+    ).mean()
 
 
 @torch.inference_mode()
@@ -165,6 +176,12 @@ def patch_series(run, site: str = "resid_pre", steps=None, n_examples: int = 200
             row = {"step": step, "site": site, "layer": idx[0], "pos": idx[1]}
             if site == "z":
                 row["head"] = idx[2]
-            rows.append({**row, "value": result[idx].item(),
-                         "clean_logit_diff": metric.clean, "corrupt_logit_diff": metric.corrupt})
+            rows.append(
+                {
+                    **row,
+                    "value": result[idx].item(),
+                    "clean_logit_diff": metric.clean,
+                    "corrupt_logit_diff": metric.corrupt,
+                }
+            )
     return pd.DataFrame(rows)

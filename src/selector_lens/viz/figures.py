@@ -30,13 +30,18 @@ def thin(steps, max_steps: int):
 def loss_curves(metrics, log_k: float, tau: int | None = None) -> go.Figure:
     """Loss, first-target loss and candidate loss against step, with log K, log 36 and τ."""
     fig = go.Figure()
-    for col, name in (("loss", "loss (A tokens + EOS)"), ("first_target_loss", "first-target loss"),
-                      ("candidate_loss", "candidate loss")):
+    for col, name in (
+        ("loss", "loss (A tokens + EOS)"),
+        ("first_target_loss", "first-target loss"),
+        ("candidate_loss", "candidate loss"),
+    ):
         if col in metrics and metrics[col].notna().any():
             fig.add_scatter(x=metrics.step, y=metrics[col], name=name, mode="lines")
     if log_k > 0:
         fig.add_hline(y=log_k, line_dash="dash", line_color="gray", annotation_text="log K")
-    fig.add_hline(y=math.log(36), line_dash="dot", line_color="gray", annotation_text="log 36 (unigram)")
+    fig.add_hline(
+        y=math.log(36), line_dash="dot", line_color="gray", annotation_text="log 36 (unigram)"
+    )
     if tau is not None:
         fig.add_vline(x=tau, line_color="crimson", annotation_text=f"τ = {tau}")
     fig.update_layout(title="Losses (nats)", xaxis_title="step", yaxis_title="nats")
@@ -44,13 +49,19 @@ def loss_curves(metrics, log_k: float, tau: int | None = None) -> go.Figure:
 
 
 def dz_curve(metrics, tau: int | None = None) -> go.Figure:
-    """The z-shuffle gap Δz on a log axis (values below 1e-4 drawn at 1e-4)."""
+    """The z-deranged gap Δz on a log axis (values below 1e-4 drawn at 1e-4)."""
     fig = go.Figure()
-    fig.add_scatter(x=metrics.step, y=np.maximum(metrics.dz.astype(float), DZ_FLOOR), name="Δz", mode="lines")
+    fig.add_scatter(
+        x=metrics.step, y=np.maximum(metrics.dz.astype(float), DZ_FLOOR), name="Δz", mode="lines"
+    )
     if tau is not None:
         fig.add_vline(x=tau, line_color="crimson", annotation_text=f"τ = {tau}")
-    fig.update_layout(title=f"z-shuffle gap Δz (nats, log scale; floor {DZ_FLOOR:g})", xaxis_title="step",
-                      yaxis_type="log", yaxis_title="Δz")
+    fig.update_layout(
+        title=f"z-deranged gap Δz (nats, log scale; floor {DZ_FLOOR:g})",
+        xaxis_title="step",
+        yaxis_type="log",
+        yaxis_title="Δz",
+    )
     return fig
 
 
@@ -62,16 +73,27 @@ def logit_lens_curves(lens, tau: int | None = None) -> go.Figure:
         fig.add_scatter(x=part.step, y=part.p_correct, name=name, mode="lines+markers")
     if tau is not None:
         fig.add_vline(x=tau, line_color="crimson", annotation_text=f"τ = {tau}")
-    fig.update_layout(title="Logit lens at the a1-predicting position: P(correct a1) by layer", xaxis_title="step",
-                      yaxis_title="P(correct a1)", yaxis_range=[0, 1])
+    fig.update_layout(
+        title="Logit lens at the a1-predicting position: P(correct a1) by layer",
+        xaxis_title="step",
+        yaxis_title="P(correct a1)",
+        yaxis_range=[0, 1],
+    )
     return fig
 
 
 def weight_trajectory_curves(traj, tau: int | None = None) -> go.Figure:
     """Total weight norm, displacement between checkpoints and the cosine of consecutive
     displacements against step (table from `weight_trajectory`)."""
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("total weight norm", "displacement from the previous "
-                                                        "checkpoint", "cosine of consecutive displacements"))
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        subplot_titles=(
+            "total weight norm",
+            "displacement from the previous checkpoint",
+            "cosine of consecutive displacements",
+        ),
+    )
     for col, key in enumerate(("total_norm", "displacement", "cosine"), start=1):
         fig.add_scatter(x=traj.step, y=traj[key], mode="lines", name=key, row=1, col=col)
         if tau is not None:
@@ -90,16 +112,43 @@ def attention_heatmap(attn, routing_head: str | None = None, max_steps: int = 40
     table = attn[attn.step.isin(steps)]
     wide = table.pivot_table(index=["layer", "head"], columns="step", values="attn_to_z")
     labels = [f"L{l}H{h}" for l, h in wide.index]
-    fig = go.Figure(go.Heatmap(z=wide.values, x=list(wide.columns), y=labels, colorscale="Viridis",
-                               zmin=0, zmax=1, colorbar_title="mass on z",
-                               hovertemplate="%{y} step %{x}: %{z:.3f}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=wide.values,
+            x=list(wide.columns),
+            y=labels,
+            colorscale="Viridis",
+            zmin=0,
+            zmax=1,
+            colorbar_title="mass on z",
+            hovertemplate="%{y} step %{x}: %{z:.3f}<extra></extra>",
+        )
+    )
     if routing_head in labels:
         i = labels.index(routing_head)
-        fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=i - 0.5, y1=i + 0.5, line=dict(color="red", width=2))
-        fig.add_annotation(xref="paper", x=1.0, y=i, text=f"routing head {routing_head}", showarrow=False,
-                           xanchor="left", font=dict(color="red"))
-    fig.update_layout(title="Attention from the a1-predicting position onto z", xaxis_title="step",
-                      yaxis=dict(autorange="reversed"))
+        fig.add_shape(
+            type="rect",
+            xref="paper",
+            x0=0,
+            x1=1,
+            y0=i - 0.5,
+            y1=i + 0.5,
+            line=dict(color="red", width=2),
+        )
+        fig.add_annotation(
+            xref="paper",
+            x=1.0,
+            y=i,
+            text=f"routing head {routing_head}",
+            showarrow=False,
+            xanchor="left",
+            font=dict(color="red"),
+        )
+    fig.update_layout(
+        title="Attention from the a1-predicting position onto z",
+        xaxis_title="step",
+        yaxis=dict(autorange="reversed"),
+    )
     return fig
 
 
@@ -112,26 +161,57 @@ def group_transition(metrics, k: int, max_steps: int = 400) -> go.Figure:
     acc = np.array(rows.group_correct.tolist(), dtype=float) / k  # [steps, groups]
     crossing = group_crossing_steps(rows.step.tolist(), acc)
     order = np.argsort(crossing, kind="stable")
-    fig = go.Figure(go.Heatmap(z=acc[:, order].T, x=rows.step.tolist(), y=list(range(len(order))),
-                               colorscale="Blues", zmin=0, zmax=1, colorbar_title="accuracy",
-                               hovertemplate="group rank %{y}, step %{x}: %{z:.2f}<extra></extra>"))
-    fig.update_layout(title="Per-group candidate accuracy (groups sorted by the step they pass 50%)",
-                      xaxis_title="step", yaxis_title="group (sorted)")
+    fig = go.Figure(
+        go.Heatmap(
+            z=acc[:, order].T,
+            x=rows.step.tolist(),
+            y=list(range(len(order))),
+            colorscale="Blues",
+            zmin=0,
+            zmax=1,
+            colorbar_title="accuracy",
+            hovertemplate="group rank %{y}, step %{x}: %{z:.2f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title="Per-group candidate accuracy (groups sorted by the step they pass 50%)",
+        xaxis_title="step",
+        yaxis_title="group (sorted)",
+    )
     return fig
 
 
-def ablation_heatmaps(table, phases: dict[str, int], metric: str = "delta_candidate_loss") -> go.Figure:
+def ablation_heatmaps(
+    table, phases: dict[str, int], metric: str = "delta_candidate_loss"
+) -> go.Figure:
     """Layer x head heatmaps of an ablation effect (table from `ablate_each_head`), one per phase."""
     names = [n for n, s in phases.items() if s in set(table.step)]
-    fig = make_subplots(rows=1, cols=len(names), subplot_titles=[f"{n} (step {phases[n]})" for n in names],
-                        shared_yaxes=True)
+    fig = make_subplots(
+        rows=1,
+        cols=len(names),
+        subplot_titles=[f"{n} (step {phases[n]})" for n in names],
+        shared_yaxes=True,
+    )
     vmax = float(np.nanmax(np.abs(table[metric].astype(float)))) or 1.0
     for j, name in enumerate(names):
         part = table[table.step == phases[name]]
         wide = part.pivot_table(index="layer", columns="head", values=metric)
-        fig.add_trace(go.Heatmap(z=wide.values, x=[f"H{h}" for h in wide.columns], y=[f"L{l}" for l in wide.index],
-                                 colorscale="RdBu_r", zmid=0, zmin=-vmax, zmax=vmax, showscale=j == len(names) - 1,
-                                 hovertemplate="%{y}%{x}: %{z:+.3f}<extra></extra>", name=name), 1, j + 1)
+        fig.add_trace(
+            go.Heatmap(
+                z=wide.values,
+                x=[f"H{h}" for h in wide.columns],
+                y=[f"L{l}" for l in wide.index],
+                colorscale="RdBu_r",
+                zmid=0,
+                zmin=-vmax,
+                zmax=vmax,
+                showscale=j == len(names) - 1,
+                hovertemplate="%{y}%{x}: %{z:+.3f}<extra></extra>",
+                name=name,
+            ),
+            1,
+            j + 1,
+        )
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(title=f"Head ablation: {metric.replace('_', ' ')} (nats)")
     return fig
@@ -154,14 +234,30 @@ def patching_heatmap(table, token_labels: list[str] | None = None) -> go.Figure:
     for i, step in enumerate(steps):
         part = table[table.step == step]
         wide = part.pivot_table(index="layer", columns="pos", values="value")
-        x = [f"{p}:{token_labels[p]}" if token_labels else str(p) for p in wide.columns]  # unique categories
-        fig.add_trace(go.Heatmap(z=wide.values, x=x, y=[f"L{l}" for l in wide.index], visible=i == len(steps) - 1,
-                                 colorscale="RdBu_r", zmid=0, zmin=-1, zmax=1, name=f"step {step}",
-                                 hovertemplate="%{y} %{x}: %{z:.3f}<extra></extra>"))
+        x = [
+            f"{p}:{token_labels[p]}" if token_labels else str(p) for p in wide.columns
+        ]  # unique categories
+        fig.add_trace(
+            go.Heatmap(
+                z=wide.values,
+                x=x,
+                y=[f"L{l}" for l in wide.index],
+                visible=i == len(steps) - 1,
+                colorscale="RdBu_r",
+                zmid=0,
+                zmin=-1,
+                zmax=1,
+                name=f"step {step}",
+                hovertemplate="%{y} %{x}: %{z:.3f}<extra></extra>",
+            )
+        )
     site = table.site.iloc[0] if len(table) else ""
-    fig.update_layout(title=f"Activation patching ({site}): clean into z-corrupted, normalised logit difference",
-                      xaxis_title="position", yaxis=dict(autorange="reversed"),
-                      sliders=_slider(len(steps), 1, steps, "step "))
+    fig.update_layout(
+        title=f"Activation patching ({site}): clean into z-corrupted, normalised logit difference",
+        xaxis_title="position",
+        yaxis=dict(autorange="reversed"),
+        sliders=_slider(len(steps), 1, steps, "step "),
+    )
     return fig
 
 
@@ -174,19 +270,39 @@ def attention_explorer(patterns: dict[int, np.ndarray], token_labels: list[str])
     steps = sorted(patterns)
     L, H = patterns[steps[0]].shape[:2]
     labels = [f"{i}:{t}" for i, t in enumerate(token_labels)]
-    fig = make_subplots(rows=L, cols=H, subplot_titles=head_labels(L, H), horizontal_spacing=0.03,
-                        vertical_spacing=0.06)
+    fig = make_subplots(
+        rows=L,
+        cols=H,
+        subplot_titles=head_labels(L, H),
+        horizontal_spacing=0.03,
+        vertical_spacing=0.06,
+    )
     for i, step in enumerate(steps):
         for l in range(L):
             for h in range(H):
-                fig.add_trace(go.Heatmap(z=np.round(patterns[step][l, h], 3), x=labels, y=labels, zmin=0, zmax=1,
-                                         colorscale="Viridis", showscale=False, visible=i == len(steps) - 1,
-                                         hovertemplate="query %{y} → key %{x}: %{z:.3f}<extra>" + f"L{l}H{h}</extra>"),
-                              l + 1, h + 1)
+                fig.add_trace(
+                    go.Heatmap(
+                        z=np.round(patterns[step][l, h], 3),
+                        x=labels,
+                        y=labels,
+                        zmin=0,
+                        zmax=1,
+                        colorscale="Viridis",
+                        showscale=False,
+                        visible=i == len(steps) - 1,
+                        hovertemplate="query %{y} → key %{x}: %{z:.3f}<extra>"
+                        + f"L{l}H{h}</extra>",
+                    ),
+                    l + 1,
+                    h + 1,
+                )
     fig.update_yaxes(autorange="reversed", showticklabels=False)
     fig.update_xaxes(showticklabels=False)
-    fig.update_layout(title="Attention patterns (rows: query, columns: key; hover for tokens)",
-                      height=220 * L + 120, sliders=_slider(len(steps), L * H, steps, "step "))
+    fig.update_layout(
+        title="Attention patterns (rows: query, columns: key; hover for tokens)",
+        height=220 * L + 120,
+        sliders=_slider(len(steps), L * H, steps, "step "),
+    )
     return fig
 
 
@@ -195,22 +311,44 @@ def tau_vs_d(table, fit: dict | None = None) -> go.Figure:
     done = table[table.tau.notna()]
     fig = go.Figure()
     for k, part in done.groupby("k"):
-        fig.add_scatter(x=part.D, y=part.tau, mode="markers", name=f"K={k}",
-                        hovertemplate="D=%{x}, τ=%{y}<extra>" + f"K={k}</extra>")
+        fig.add_scatter(
+            x=part.D,
+            y=part.tau,
+            mode="markers",
+            name=f"K={k}",
+            hovertemplate="D=%{x}, τ=%{y}<extra>" + f"K={k}</extra>",
+        )
     title = "Waiting time τ against dataset size D"
     if fit is not None:
         grid = np.geomspace(done.D.min(), done.D.max(), 50)
         if len(fit["draws"]):
             preds = np.exp(fit["draws"][:, 1:2] + fit["draws"][:, 0:1] * np.log(grid))
             lo, hi = np.quantile(preds, [(1 - fit["ci"]) / 2, (1 + fit["ci"]) / 2], axis=0)
-            fig.add_scatter(x=np.r_[grid, grid[::-1]], y=np.r_[hi, lo[::-1]], fill="toself", mode="none",
-                            fillcolor="rgba(200,30,30,0.15)", name=f"{fit['ci']:.0%} band", hoverinfo="skip")
-        fig.add_scatter(x=grid, y=fit["C"] * grid ** fit["alpha"], mode="lines", line_color="crimson",
-                        name=f"τ = {fit['C']:.3g} D^{fit['alpha']:.2f}")
+            fig.add_scatter(
+                x=np.r_[grid, grid[::-1]],
+                y=np.r_[hi, lo[::-1]],
+                fill="toself",
+                mode="none",
+                fillcolor="rgba(200,30,30,0.15)",
+                name=f"{fit['ci']:.0%} band",
+                hoverinfo="skip",
+            )
+        fig.add_scatter(
+            x=grid,
+            y=fit["C"] * grid ** fit["alpha"],
+            mode="lines",
+            line_color="crimson",
+            name=f"τ = {fit['C']:.3g} D^{fit['alpha']:.2f}",
+        )
         lo_a, hi_a = fit["alpha_ci"]
         title += f": α = {fit['alpha']:.2f} [{lo_a:.2f}, {hi_a:.2f}], R² = {fit['r2']:.3f} (paper: 1.19 [1.14, 1.31])"
-    fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title="D = n_bases × K",
-                      yaxis_title="τ (steps)")
+    fig.update_layout(
+        title=title,
+        xaxis_type="log",
+        yaxis_type="log",
+        xaxis_title="D = n_bases × K",
+        yaxis_title="τ (steps)",
+    )
     return fig
 
 

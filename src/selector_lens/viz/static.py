@@ -17,8 +17,15 @@ def _ticks(lo: float, hi: float) -> list[float]:
     return out
 
 
-def loglog_svg(points: list[tuple[float, float, str]], title: str, xlabel: str, ylabel: str,
-               line: tuple[float, float] | None = None, width: int = 640, height: int = 420) -> str:
+def loglog_svg(
+    points: list[tuple[float, float, str]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    line: tuple[float, float] | None = None,
+    width: int = 640,
+    height: int = 420,
+) -> str:
     """Points (x, y, label) on log-log axes, and optionally the line y = C x^alpha (C, alpha)."""
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     x0, x1 = min(xs) / 1.3, max(xs) * 1.3
@@ -26,31 +33,51 @@ def loglog_svg(points: list[tuple[float, float, str]], title: str, xlabel: str, 
     left, right, top, bottom = 70, 20, 40, 50
 
     def px(x):
-        return left + (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0)) * (width - left - right)
+        return left + (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0)) * (
+            width - left - right
+        )
 
     def py(y):
-        return height - bottom - (math.log(y) - math.log(y0)) / (math.log(y1) - math.log(y0)) * (height - top - bottom)
+        return (
+            height
+            - bottom
+            - (math.log(y) - math.log(y0)) / (math.log(y1) - math.log(y0)) * (height - top - bottom)
+        )
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-             f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
-             f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="14">{html.escape(title)}</text>',
-             f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="black"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="black"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
+        f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="14">{html.escape(title)}</text>',
+        f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="black"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="black"/>',
+    ]
     for v in _ticks(x0, x1):
-        parts.append(f'<line x1="{px(v):.1f}" y1="{height - bottom}" x2="{px(v):.1f}" y2="{height - bottom + 5}" '
-                     f'stroke="black"/><text x="{px(v):.1f}" y="{height - bottom + 18}" text-anchor="middle">{v:g}</text>')
+        parts.append(
+            f'<line x1="{px(v):.1f}" y1="{height - bottom}" x2="{px(v):.1f}" y2="{height - bottom + 5}" '
+            f'stroke="black"/><text x="{px(v):.1f}" y="{height - bottom + 18}" text-anchor="middle">{v:g}</text>'
+        )
     for v in _ticks(y0, y1):
-        parts.append(f'<line x1="{left - 5}" y1="{py(v):.1f}" x2="{left}" y2="{py(v):.1f}" stroke="black"/>'
-                     f'<text x="{left - 8}" y="{py(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
-    parts.append(f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">{html.escape(xlabel)}</text>')
-    parts.append(f'<text x="16" y="{height / 2}" text-anchor="middle" transform="rotate(-90 16 {height / 2})">'
-                 f'{html.escape(ylabel)}</text>')
+        parts.append(
+            f'<line x1="{left - 5}" y1="{py(v):.1f}" x2="{left}" y2="{py(v):.1f}" stroke="black"/>'
+            f'<text x="{left - 8}" y="{py(v) + 4:.1f}" text-anchor="end">{v:g}</text>'
+        )
+    parts.append(
+        f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">{html.escape(xlabel)}</text>'
+    )
+    parts.append(
+        f'<text x="16" y="{height / 2}" text-anchor="middle" transform="rotate(-90 16 {height / 2})">'
+        f"{html.escape(ylabel)}</text>"
+    )
     if line is not None:
         c, a = line
-        parts.append(f'<line x1="{px(x0):.1f}" y1="{py(c * x0**a):.1f}" x2="{px(x1):.1f}" y2="{py(c * x1**a):.1f}" '
-                     f'stroke="#d62728" stroke-dasharray="6 4"/>')
+        parts.append(
+            f'<line x1="{px(x0):.1f}" y1="{py(c * x0**a):.1f}" x2="{px(x1):.1f}" y2="{py(c * x1**a):.1f}" '
+            f'stroke="#d62728" stroke-dasharray="6 4"/>'
+        )
     for x, y, label in points:
-        parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="5" fill="#1f77b4"/>'
-                     f'<text x="{px(x) + 8:.1f}" y="{py(y) - 6:.1f}">{html.escape(label)}</text>')
+        parts.append(
+            f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="5" fill="#1f77b4"/>'
+            f'<text x="{px(x) + 8:.1f}" y="{py(y) - 6:.1f}">{html.escape(label)}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)

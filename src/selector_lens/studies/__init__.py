@@ -1,0 +1,52 @@
+"""The paper's claims as studies (docs/science.md section 4), and the one-command `reproduce` report.
+
+Every run a scale needs is listed in `presets` and trained once, into `<root>/runs/<name>`
+(resumable: finished runs are reused; a run two studies need is shared). Each study then
+measures, writes `<root>/<study>/<name>.json` and `.html`, and returns a `Study`: its numbers, its
+figures, and one `Claim` row per claim it tests (paper, ours, verdict, settings). Scales: `cpu`
+(this two-core machine), `paper` (the paper's settings, ~6 h here: `reproduce --plan` costs it)
+and `tiny` (the test suite's seconds-long version; its verdicts mean nothing).
+
+The `seeds` study (several seeds of one config) feeds claims 1 (marginal first), 3 (collective
+transition), 5 (loss geometry, on its first seed) and 7 (cascade).
+
+Layout: `base` (Setup: where the runs live; Claim, Study; the claims' paper texts), `seeds`,
+`paper_code` and `sweeps` (each study measures its table and writes its sentence), `report`
+(`reproduce`, `run_study`). Each verdict rule is a pure function in `selector_lens.verdicts`; each
+study's figure is drawn from its table in `viz.study_figures`; the page is `viz.report`.
+"""
+
+from ..presets import GEOMETRY
+from .base import CLAIMS, SOLVED_TOKEN_ACC, Claim, Setup, Study, geometry_runs, pending, seed_runs
+from .paper_code import PAPER_HEAD_TABLE, PARITY_STEPS, parity_study
+from .report import SEED_STUDIES, STUDY_CLAIM, STUDY_FUNCS, reproduce, run_study
+from .seeds import cascade_study, collective, geometry, marginal_first
+from .sweeps import asymmetry, falsified, noise, scaling
+
+__all__ = [
+    "CLAIMS",
+    "GEOMETRY",
+    "PAPER_HEAD_TABLE",
+    "PARITY_STEPS",
+    "SEED_STUDIES",
+    "SOLVED_TOKEN_ACC",
+    "STUDY_CLAIM",
+    "STUDY_FUNCS",
+    "Claim",
+    "Setup",
+    "Study",
+    "asymmetry",
+    "cascade_study",
+    "collective",
+    "falsified",
+    "geometry",
+    "geometry_runs",
+    "marginal_first",
+    "noise",
+    "parity_study",
+    "pending",
+    "reproduce",
+    "run_study",
+    "scaling",
+    "seed_runs",
+]

@@ -1,0 +1,247 @@
+"""Claims 1, 3, 5 and 7: several seeds of one config (marginal first, collective transition,
+loss geometry, the internal cascade)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .. import verdicts
+from ..presets import GEOMETRY, PRESETS
+from ..runs import Run
+from ..viz import study_figures
+from .base import CLAIMS, Claim, Study, _fmt, _save, _settings, pending
+
+
+# --- claims 1, 3, 5, 7: several seeds of one config ----------------------------------------------
+def marginal_first(runs: list[Run], out: Path | None, scale: str) -> Study:
+    """Claim 1: plateau at log K, then a sharp drop to ~0."""
+    from ..viz import loss_curves
+
+    if not runs:
+        return pending("marginal_first", 1, "no finished run yet")
+    rows = []
+    for run in runs:
+        m, log_k, tau = run.metrics, run.config.task.log_k, run.tau()
+        s = run.info.get("summary") or {}
+        cand = m.candidate_loss.to_numpy()
+        steps = m.step.to_numpy()
+        hi = steps[np.argmax(cand < 0.9 * log_k)] if (cand < 0.9 * log_k).any() else None
+        lo = steps[np.argmax(cand < 0.1 * log_k)] if (cand < 0.1 * log_k).any() else None
+        plateau = m[(m.step >= 0.25 * tau) & (m.step <= 0.75 * tau)] if tau else m
+        rows.append(
+            {
+                "run": run.path.name,
+                "tau": tau,
+                "plateau_over_log_k": s.get("plateau_over_log_k"),
+                "first_target_on_plateau": float(plateau.first_target_loss.median()),
+                "log_k": log_k,
+                "log_36": math.log(36),
+                "final_candidate_loss": float(cand[-1]),
+                "drop_90_to_10_over_tau": (lo - hi) / tau
+                if tau and hi is not None and lo is not None
+                else None,
+            }
+        )
+    heights = [r["plateau_over_log_k"] for r in rows if r["plateau_over_log_k"] is not None]
+    verdict = verdicts.marginal_first(rows)
+    result = {"runs": rows}
+    figs = [loss_curves(runs[0].metrics, runs[0].config.task.log_k, runs[0].tau())]
+    _save(out, "marginal_first", result)
+    drops = [r["drop_90_to_10_over_tau"] for r in rows if r["drop_90_to_10_over_tau"] is not None]
+    ours = (
+        f"plateau / log K = {', '.join(_fmt(h) for h in heights)} ({len(rows)} seeds); final candidate loss "
+        f"{', '.join(_fmt(r['final_candidate_loss'], '.3f') for r in rows)}; drop 0.9→0.1 log K within "
+        f"{_fmt(max(drops) if drops else None, '.2f')} τ; first-target loss on the plateau "
+        f"{', '.join(_fmt(r['first_target_on_plateau'], '.2f') for r in rows)} (log K {rows[0]['log_k']:.2f}, "
+        f"log 36 {math.log(36):.2f})"
+    )
+    claim = Claim(
+        1,
+        *CLAIMS[1],
+        ours,
+        verdict,
+        _settings(PRESETS["seeds"][scale]["base"], seeds=[r.config.seed for r in runs]),
+    )
+    return Study("marginal_first", result, figs, [claim])
+
+
+def collective(runs: list[Run], out: Path | None, scale: str) -> Study:
+    """Claim 3 (and half of 8): groups cross together, not one by one."""
+    from ..transition import collective_transition
+    from ..viz import group_transition
+
+    if not runs:
+        return pending("collective", 3, "no finished run yet")
+    rows = []
+    for run in runs:
+        c = collective_transition(run.metric_rows(), run.config.task.k, run.tau())
+        rows.append({"run": run.path.name, "tau": run.tau(), **c})
+    done = [r for r in rows if r["tau"]]
+    half = [r.get("crossed_by_half_tau") for r in done]
+    window = [r.get("window_over_tau") for r in done if r.get("window_over_tau") is not None]
+    incr = [
+        r.get("incremental_window_over_tau")
+        for r in done
+        if r.get("incremental_window_over_tau") is not None
+    ]
+    verdict = verdicts.collective(rows)
+    result = {"runs": rows}
+    figs = [group_transition(runs[0].metrics, runs[0].config.task.k)]
+    _save(out, "collective", result)
+    ours = (
+        f"groups solved at τ/2: {', '.join(_fmt(h, '.0%') for h in half)}; at τ: "
+        f"{', '.join(_fmt(r.get('crossed_by_tau'), '.0%') for r in done)}; at 1.5τ: "
+        f"{', '.join(_fmt(r.get('crossed_by_1.5_tau'), '.0%') for r in done)}; 10%→90% window "
+        f"{', '.join(_fmt(w, '.2f') for w in window)} τ (group-by-group would be ~{_fmt(np.mean(incr) if incr else None, '.2f')} τ)"
+    )
+    claim = Claim(
+        3,
+        *CLAIMS[3],
+        ours,
+        verdict,
+        f"the seeds study's runs; a group is solved when > 50% of its K examples are ({len(runs)} seeds)",
+    )
+    return Study("collective", result, figs, [claim])
+
+
+def cascade_study(runs: list[Run], out: Path | None, scale: str) -> Study:
+    """Claim 7: the routing head, its onset, Δz's lead over τ, necessity and sufficiency."""
+
+    from ..interventions.ablation import ablate_each_head
+    from ..routing import cascade, find_routing_head
+
+    if not runs:
+        return pending("cascade", 7, "no finished run yet")
+    rows = []
+    for run in runs:
+        if not run.tau():
+            rows.append({"run": run.path.name, "tau": None})
+            continue
+        found = find_routing_head(run)
+        c = cascade(run, head=found["routing_head"])
+        phases = run.phases()
+        every = ablate_each_head(
+            run, sorted({phases[p] for p in ("pre", "mid", "post")})
+        )  # stored: the dashboard's
+        layer, head = found["routing_head"]
+        mine = every[(every.layer == layer) & (every["head"] == head)].set_index("step")
+        delta = {
+            p: float(mine.loc[phases[p], "delta_candidate_loss"]) for p in ("pre", "mid", "post")
+        }
+        rows.append(
+            {
+                "run": run.path.name,
+                "tau": c["tau"],
+                "routing_head": c["routing_head"],
+                "attention_agrees": found["attention_agrees"],
+                "attn_onset": c["attn_onset"],
+                "dz_onset": c["dz_onset"],
+                "attn_lead_frac": c["attn_lead_frac"],
+                "dz_lead_frac": c["dz_lead_frac"],
+                "mean_ablation_delta": delta,
+                "best_alone": found["best_sufficient_head"],
+                "best_alone_candidate_loss": found["best_sufficient_candidate_loss"],
+                "log_k": run.config.task.log_k,
+            }
+        )
+    done = [r for r in rows if r["tau"]]
+    verdict = verdicts.cascade(rows)
+    result = {
+        "runs": rows,
+        "dz_threshold": 0.1,
+        "ablation": "mean, at pre = τ/4, mid = 3τ/4, post = 1.5τ",
+    }
+    figs = [study_figures.cascade_onsets(rows)]
+    _save(out, "cascade", result)
+    ours = (
+        "; ".join(
+            f"{r['run']}: {r['routing_head']}, Δz leads τ by {_fmt(r['dz_lead_frac'], '.2f')} τ (attention by "
+            f"{_fmt(r['attn_lead_frac'], '.2f')} τ), mean ablation Δ pre/mid/post "
+            f"{'/'.join(_fmt(r['mean_ablation_delta'][p], '+.2f') for p in ('pre', 'mid', 'post'))} nats, best head alone "
+            f"{r['best_alone']} at {_fmt(r['best_alone_candidate_loss'], '.2f')} nats"
+            for r in done
+        )
+        or "no run transitioned"
+    )
+    claim = Claim(
+        7,
+        *CLAIMS[7],
+        ours,
+        verdict,
+        "the seeds study's runs; routing head = largest mean-ablation increase at post; Δz onset = first "
+        "eval with Δz > 0.1",
+    )
+    return Study("cascade", result, figs, [claim])
+
+
+def geometry(runs: list[Run], out: Path | None, scale: str) -> Study:
+    """Claim 5: an anisotropic saddle on the plateau; noise along the high-curvature directions.
+
+    At the phases of each run (the seeds study's first, and `GEOMETRY[scale]["also"]`), on a
+    subsample of `sample` examples; then at the first run's `mid` for each size of `sample_sweep`
+    (None: the whole dataset), since the estimates depend on the subsample."""
+
+    from ..landscape import landscape
+
+    if not runs:
+        return pending("geometry", 5, "no finished run yet")
+    settings = GEOMETRY[scale]
+    kw = {k: v for k, v in settings.items() if k not in ("also", "sample_sweep")}
+    rows = []
+    for run in runs:
+        if not run.tau():
+            steps = [run.steps[len(run.steps) // 2], run.steps[-1]]
+            names = {steps[0]: "middle", steps[1]: "final"}
+        else:
+            names = {s: p for p, s in run.phases().items() if p != "final"}
+            steps = sorted(names)
+        df = landscape(run, steps, **kw)
+        rows += [
+            {"run": run.path.name, "phase": names[r["step"]], **r}
+            for r in df.to_dict(orient="records")
+        ]
+    sweep = []
+    if settings.get("sample_sweep") and runs[0].tau():
+        mid = runs[0].phases()["mid"]
+        for size in settings["sample_sweep"]:
+            n = runs[0].config.task.n_examples if size is None else size
+            df = landscape(runs[0], [mid], **{**kw, "sample": n})
+            sweep += [
+                {"run": runs[0].path.name, "phase": "mid", **r}
+                for r in df.to_dict(orient="records")
+            ]
+    plateau = [r for r in rows if r["phase"] in ("pre", "mid")]
+    result = {
+        "settings": kw,
+        "runs": [r.path.name for r in runs],
+        "rows": rows,
+        "sample_sweep": sweep,
+    }
+    figs = [study_figures.hessian_extremes(rows, kw["sample"])]
+    if sweep:
+        figs.append(study_figures.hessian_vs_sample(sweep, runs[0].path.name))
+    _save(out, "geometry", result)
+    verdict = verdicts.geometry(plateau)
+    ours = "; ".join(
+        f"{r['run']} {r['phase']} (step {r['step']}): λmax {_fmt(r['lambda_max'])}, λmin {_fmt(r['lambda_min'])}, ratio "
+        f"{_fmt(r['ratio'])}, noise on top {r['top_k']} {_fmt(r['noise_share_top'], '.0%')} (random "
+        f"{_fmt(r['random_share'], '.1e')})"
+        for r in rows
+    ) + "".join(
+        f"; {r['run']} mid at {r['sample']} examples: ratio {_fmt(r['ratio'])} (λmin {_fmt(r['lambda_min'])})"
+        for r in sweep
+    )
+    claim = Claim(
+        5,
+        *CLAIMS[5],
+        ours,
+        verdict,
+        f"runs {', '.join(r.path.name for r in runs)}; Hessian of the training loss on a seeded subsample of {kw['sample']} "
+        f"examples; power iteration ({kw['power_iters']}) for λmax, Lanczos ({kw['lanczos_iters']}) for "
+        f"λmin and the top {kw['top_k']} directions; noise from {kw['noise_batches']} minibatches of the run's "
+        "batch size",
+    )
+    return Study("geometry", result, figs, [claim])
