@@ -173,8 +173,9 @@ def test_find_routing_head_on_a_planted_model(trained, tmp_path, keep):
 
 
 def test_cascade_onsets_on_a_synthetic_log(tmp_path):
-    """Known onsets: attention of L0H1 steps from 0.1 to 0.6 at step 400 (halfway, 0.35, is first
-    reached there), Δz passes 0.1 at 600, the candidate loss falls below 0.5 log K at 800."""
+    """Known onsets: attention of L0H1 goes 0.125 -> 0.375 (exactly halfway to its maximum, which
+    counts as risen) at step 300 -> 0.625 at 400; Δz passes 0.1 at 600; the candidate loss falls
+    below 0.5 log K at 800."""
     import json
     import math
 
@@ -184,19 +185,19 @@ def test_cascade_onsets_on_a_synthetic_log(tmp_path):
     rundir.create(tmp_path / "r", cfg.to_dict(), sl.__version__, cfg.task.generate().to_json())
     rows = []
     for step in range(0, 1100, 100):
-        attn = [[0.2, 0.6 if step >= 400 else 0.1], [0.3, 0.3]]
+        a = 0.625 if step >= 400 else 0.375 if step == 300 else 0.125
         rows.append(
             {
                 "step": step,
-                "attn_to_z": attn,
+                "attn_to_z": [[0.2, a], [0.3, 0.3]],
                 "dz": 0.5 if step >= 600 else 0.01,
                 "candidate_loss": 0.1 if step >= 800 else math.log(3),
             }
         )
     (tmp_path / "r" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     c = sl.cascade(sl.Run.open(tmp_path / "r"), head=(0, 1))
-    assert (c["routing_head"], c["attn_onset"], c["dz_onset"], c["tau"]) == ("L0H1", 400, 600, 800)
-    assert c["attn_lead_frac"] == pytest.approx(0.5) and c["dz_lead_frac"] == pytest.approx(0.25)
+    assert (c["routing_head"], c["attn_onset"], c["dz_onset"], c["tau"]) == ("L0H1", 300, 600, 800)
+    assert c["attn_lead_frac"] == pytest.approx(0.625) and c["dz_lead_frac"] == pytest.approx(0.25)
     late = sl.cascade(sl.Run.open(tmp_path / "r"), head=(0, 1), dz_threshold=0.6)
     assert late["dz_onset"] is None and late["dz_lead_frac"] is None
 
