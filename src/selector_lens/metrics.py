@@ -133,16 +133,41 @@ def make_eval_set(data: TaskData, eval_groups="auto", seed: int = 0, groups=None
     return EvalSet(task, groups, tokens, deranged, candidates, correct, group_pos)
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """How `evaluate` cuts its passes: positions before `split` run once per `per_group` examples
+    (a group's K examples share them); each example has `r` prefix rows (clean, and z-deranged
+    when there is a z), interleaved; `chunk` examples (whole groups) per pass."""
+
+    split: int
+    r: int
+    per_group: int
+    chunk: int
+
+
+def _layout(es: EvalSet, max_rows: int, intervention) -> _Layout:
+    task, K = es.task, es.task.k
+    S, T, C = task.source_length, task.target_length, es.candidates.shape[1]
+    split = min(task.z_positions) if es.deranged is not None else S - 1
+    r = 2 if es.deranged is not None else 1
+    shared = K > 1 and bool(
+        (es.tokens[:, :split].view(-1, K, split) == es.tokens[::K, None, :split]).all()
+    )
+    if intervention is not None and intervention.per_example:
+        shared = False
+    return _Layout(split, r, K if shared else 1, K * max(1, max_rows // (K * C * T)))
+
+
 @torch.inference_mode()
 def evaluate(
     model, es: EvalSet, max_rows: int = 16384, intervention: Intervention | None = None
 ) -> EvalRow:
     """All per-eval metrics of docs/science.md section 3 on `es`; undefined ones are None.
 
-    Three cached passes per chunk of whole groups (through `fused.forward`, equal to the
-    HookedTransformer): the positions before z, once per group (its K examples share them);
-    the rest of each example's clean and z-deranged prefix; then every candidate's target tokens
-    on its example's clean prefix. `max_rows` bounds the candidate tokens per chunk.
+    Per chunk of whole groups, three cached passes through `fused.forward` (equal to the
+    HookedTransformer): the positions before z, once per group (`_layout`); the rest of each
+    example's clean and z-deranged prefix (`_prefix`); then every candidate's target tokens on
+    its example's clean prefix (`_candidates`). `max_rows` bounds the candidate tokens per chunk.
     `intervention` (an `Intervention`, e.g. a head ablation) supplies TransformerLens hooks for
     each pass; the first pass runs per group only if it says `per_example` is False.
     """
@@ -152,105 +177,31 @@ def evaluate(
         raise SelectorLensError(
             "evaluate needs a model built from a ModelConfig (pre-LN or no norm, standard positions)"
         )
-    task, device = es.task, next(model.parameters()).device
-    S, T, C, K = task.source_length, task.target_length, es.candidates.shape[1], task.k
-    N, L, H = len(es.tokens), model.cfg.n_layers, model.cfg.n_heads
-    zpos = task.z_positions
-    split = (
-        min(zpos) if es.deranged is not None else S - 1
-    )  # positions before it: shared by the group
-    r = (
-        2 if es.deranged is not None else 1
-    )  # prefix rows per example: clean (and deranged), interleaved
-    shared = K > 1 and bool(
-        (es.tokens[:, :split].view(-1, K, split) == es.tokens[::K, None, :split]).all()
-    )
-    if intervention is not None and intervention.per_example:
-        shared = False
-    per_group = K if shared else 1
-    chunk = K * max(1, max_rows // (K * C * T))  # whole groups
-
+    task, N, T = es.task, len(es.tokens), es.task.target_length
+    lay = _layout(es, max_rows, intervention)
     tot = dict(loss=0.0, first=0.0, first_deranged=0.0, cand=0.0, cand_ok=0, tok_ok=0)
-    attn = torch.zeros(L, H, dtype=torch.float64)
+    attn = torch.zeros(model.cfg.n_layers, model.cfg.n_heads, dtype=torch.float64)
     group_correct = torch.zeros(len(es.groups), dtype=torch.long)
-
-    def hooks(rows, offset):
-        return intervention.hooks(rows, offset) if intervention else []
-
-    for lo in range(0, N, chunk):
-        hi = min(N, lo + chunk)
-        n = hi - lo
-        ex = torch.arange(lo, hi)
-        heads_of = ex[::per_group]  # one row per group, or per example
-        _, kv0 = fused.forward(
-            model,
-            es.tokens[heads_of, :split].to(device),
-            fwd_hooks=hooks(heads_of, 0),
-            positions=slice(0, 0),
-            keep_kv=True,
+    for lo in range(0, N, lay.chunk):
+        ex = torch.arange(lo, min(N, lo + lay.chunk))
+        first_logp, deranged_logp, prefix_kv = _prefix(model, es, ex, lay, intervention, attn)
+        tok_logp, rest_logp = _candidates(model, es, ex, prefix_kv, first_logp, intervention)
+        rows, correct, cand = torch.arange(len(ex)), es.correct[ex], es.candidates[ex]
+        true, true_logp = cand[rows, correct], tok_logp[rows, correct]  # [n, T + 1] each
+        tot["loss"] -= true_logp.sum().item()
+        tot["first"] -= true_logp[:, 0].sum().item()
+        greedy = torch.cat(
+            [first_logp.argmax(-1, keepdim=True), rest_logp[rows, correct].argmax(-1)], -1
         )
-        rest = es.tokens[lo:hi, split:S]
-        if r == 2:
-            rest = torch.stack([rest, es.deranged[lo:hi, split:]], 1).reshape(2 * n, S - split)
-        h = hooks(ex.repeat_interleave(r), split)
-        if zpos:
-
-            def grab(pattern, hook):
-                attn[hook.layer()] += pattern[::r, :, -1, zpos].sum((0, 2)).double().cpu()
-
-            h += [(f"blocks.{layer}.attn.hook_pattern", grab) for layer in range(L)]
-        logits, kv1 = fused.forward(
-            model,
-            rest.to(device),
-            past=kv0,
-            past_repeat=per_group * r,
-            fwd_hooks=h,
-            positions=slice(-1, None),
-            keep_kv=True,
-        )
-        logp = logits[:, -1].float().log_softmax(-1).cpu()
-        first_logp, deranged_logp = logp[::r], logp[1::r]  # [n, V] each
-
-        cand = es.candidates[lo:hi]  # [n, C, T+1]
-        cand_in = cand[:, :, :T].reshape(n * C, T).to(device)
-        prefix_kv = [
-            (
-                torch.cat([k0.repeat_interleave(per_group, 0), k1[::r]], 2),
-                torch.cat([v0.repeat_interleave(per_group, 0), v1[::r]], 2),
-            )
-            for (k0, v0), (k1, v1) in zip(kv0, kv1)
-        ]
-        rest = fused.forward(
-            model,
-            cand_in,
-            past=prefix_kv,
-            past_repeat=C,
-            fwd_hooks=hooks(ex.repeat_interleave(C), S),
-        )
-        rest = rest.float().log_softmax(-1).cpu().reshape(n, C, T, -1)
-        tok_logp = torch.cat(
-            [
-                first_logp.gather(-1, cand[:, :, 0]).unsqueeze(-1),
-                rest.gather(-1, cand[:, :, 1:].unsqueeze(-1)).squeeze(-1),
-            ],
-            dim=-1,
-        )  # [n, C, T+1]: teacher-forced log-probs of each candidate's tokens
-        rows = torch.arange(n)
-        correct = es.correct[lo:hi]
-        true = cand[rows, correct]  # [n, T+1]
-        true_logp = tok_logp[rows, correct]
-        tot["loss"] += -true_logp.sum().item()
-        tot["first"] += -true_logp[:, 0].sum().item()
-        pred = torch.cat([first_logp.argmax(-1, keepdim=True), rest[rows, correct].argmax(-1)], -1)
-        tot["tok_ok"] += (pred == true).sum().item()
-        if es.deranged is not None:
-            tot["first_deranged"] += -deranged_logp.gather(-1, true[:, :1]).sum().item()
+        tot["tok_ok"] += (greedy == true).sum().item()
+        if deranged_logp is not None:
+            tot["first_deranged"] -= deranged_logp.gather(-1, true[:, :1]).sum().item()
         if task.has_candidates:
-            scores = tok_logp.sum(-1)  # [n, C]
-            tot["cand"] += -scores.log_softmax(-1)[rows, correct].sum().item()
+            scores = tok_logp.sum(-1)  # [n, C]: each candidate's sequence log-probability
+            tot["cand"] -= scores.log_softmax(-1)[rows, correct].sum().item()
             ok = scores.argmax(-1) == correct
             tot["cand_ok"] += ok.sum().item()
-            group_correct.index_add_(0, es.group_pos[lo:hi], ok.long())
+            group_correct.index_add_(0, es.group_pos[ex], ok.long())
 
     out: EvalRow = {
         "loss": tot["loss"] / (N * (T + 1)),
@@ -259,7 +210,87 @@ def evaluate(
         "candidate_loss": tot["cand"] / N if task.has_candidates else None,
         "candidate_acc": tot["cand_ok"] / N if task.has_candidates else None,
         "dz": tot["first_deranged"] / N - tot["first"] / N if es.deranged is not None else None,
-        "attn_to_z": (attn / N).tolist() if zpos else None,
+        "attn_to_z": (attn / N).tolist() if task.z_positions else None,
         "group_correct": group_correct.tolist() if task.has_candidates else None,
     }
     return out
+
+
+def _hooks(intervention, rows, offset: int) -> list:
+    return intervention.hooks(rows, offset) if intervention is not None else []
+
+
+def _prefix(model, es: EvalSet, ex, lay: _Layout, intervention, attn):
+    """The first two passes over examples `ex`: log-probs of the first target token after the
+    clean and the z-deranged prefix ([n, vocab] each; None without z), the clean prefix's keys
+    and values per layer (one row per example), and the a1 position's attention to z added
+    into `attn` [layer, head]."""
+    from . import fused
+
+    device, S, zpos = next(model.parameters()).device, es.task.source_length, es.task.z_positions
+    split, r, n = lay.split, lay.r, len(ex)
+    heads_of = ex[:: lay.per_group]  # one row per group, or per example
+    _, kv0 = fused.forward(
+        model,
+        es.tokens[heads_of, :split].to(device),
+        fwd_hooks=_hooks(intervention, heads_of, 0),
+        positions=slice(0, 0),
+        keep_kv=True,
+    )
+    rest = es.tokens[ex, split:S]
+    if r == 2:  # clean and deranged rows interleaved: example i at rows 2i, 2i + 1
+        rest = torch.stack([rest, es.deranged[ex, split:]], 1).reshape(2 * n, S - split)
+    hooks = _hooks(intervention, ex.repeat_interleave(r), split)
+    if zpos:
+
+        def grab(pattern, hook):
+            attn[hook.layer()] += pattern[::r, :, -1, zpos].sum((0, 2)).double().cpu()
+
+        hooks += [
+            (f"blocks.{layer}.attn.hook_pattern", grab) for layer in range(model.cfg.n_layers)
+        ]
+    logits, kv1 = fused.forward(
+        model,
+        rest.to(device),
+        past=kv0,
+        past_repeat=lay.per_group * r,
+        fwd_hooks=hooks,
+        positions=slice(-1, None),
+        keep_kv=True,
+    )
+    logp = logits[:, -1].float().log_softmax(-1).cpu()
+    prefix_kv = [  # the shared positions repeated per example, then the example's clean rows
+        (
+            torch.cat([k0.repeat_interleave(lay.per_group, 0), k1[::r]], 2),
+            torch.cat([v0.repeat_interleave(lay.per_group, 0), v1[::r]], 2),
+        )
+        for (k0, v0), (k1, v1) in zip(kv0, kv1)
+    ]
+    return logp[::r], (logp[1::r] if r == 2 else None), prefix_kv
+
+
+def _candidates(model, es: EvalSet, ex, prefix_kv, first_logp, intervention):
+    """The third pass: every candidate's target tokens on its example's clean prefix. Returns the
+    teacher-forced log-prob of each candidate token [n, C, T + 1] and the log-probs after each
+    target token [n, C, T, vocab]."""
+    from . import fused
+
+    device, S, T = next(model.parameters()).device, es.task.source_length, es.task.target_length
+    cand = es.candidates[ex]  # [n, C, T + 1]
+    n, C = cand.shape[:2]
+    logits = fused.forward(
+        model,
+        cand[:, :, :T].reshape(n * C, T).to(device),
+        past=prefix_kv,
+        past_repeat=C,
+        fwd_hooks=_hooks(intervention, ex.repeat_interleave(C), S),
+    )
+    rest = logits.float().log_softmax(-1).cpu().reshape(n, C, T, -1)
+    tok_logp = torch.cat(
+        [
+            first_logp.gather(-1, cand[:, :, 0]).unsqueeze(-1),
+            rest.gather(-1, cand[:, :, 1:].unsqueeze(-1)).squeeze(-1),
+        ],
+        dim=-1,
+    )
+    return tok_logp, rest
