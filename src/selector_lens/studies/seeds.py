@@ -12,7 +12,8 @@ from .. import verdicts
 from ..presets import GEOMETRY, PRESETS
 from ..runs import Run
 from ..viz import study_figures
-from .base import CLAIMS, Claim, Study, _fmt, _save, _settings, pending
+from . import sentences
+from .base import CLAIMS, Claim, Study, _save, _settings, pending
 
 
 # --- claims 1, 3, 5, 7: several seeds of one config ----------------------------------------------
@@ -45,19 +46,11 @@ def marginal_first(runs: list[Run], out: Path | None, scale: str) -> Study:
                 else None,
             }
         )
-    heights = [r["plateau_over_log_k"] for r in rows if r["plateau_over_log_k"] is not None]
     verdict = verdicts.marginal_first(rows)
     result = {"runs": rows}
     figs = [loss_curves(runs[0].metrics, runs[0].config.task.log_k, runs[0].tau())]
     _save(out, "marginal_first", result)
-    drops = [r["drop_90_to_10_over_tau"] for r in rows if r["drop_90_to_10_over_tau"] is not None]
-    ours = (
-        f"plateau / log K = {', '.join(_fmt(h) for h in heights)} ({len(rows)} seeds); final candidate loss "
-        f"{', '.join(_fmt(r['final_candidate_loss'], '.3f') for r in rows)}; drop 0.9→0.1 log K within "
-        f"{_fmt(max(drops) if drops else None, '.2f')} τ; first-target loss on the plateau "
-        f"{', '.join(_fmt(r['first_target_on_plateau'], '.2f') for r in rows)} (log K {rows[0]['log_k']:.2f}, "
-        f"log 36 {math.log(36):.2f})"
-    )
+    ours = sentences.marginal_first(rows)
     claim = Claim(
         1,
         *CLAIMS[1],
@@ -79,24 +72,11 @@ def collective(runs: list[Run], out: Path | None, scale: str) -> Study:
     for run in runs:
         c = collective_transition(run.metric_rows(), run.config.task.k, run.tau())
         rows.append({"run": run.path.name, "tau": run.tau(), **c})
-    done = [r for r in rows if r["tau"]]
-    half = [r.get("crossed_by_half_tau") for r in done]
-    window = [r.get("window_over_tau") for r in done if r.get("window_over_tau") is not None]
-    incr = [
-        r.get("incremental_window_over_tau")
-        for r in done
-        if r.get("incremental_window_over_tau") is not None
-    ]
     verdict = verdicts.collective(rows)
     result = {"runs": rows}
     figs = [group_transition(runs[0].metrics, runs[0].config.task.k)]
     _save(out, "collective", result)
-    ours = (
-        f"groups solved at τ/2: {', '.join(_fmt(h, '.0%') for h in half)}; at τ: "
-        f"{', '.join(_fmt(r.get('crossed_by_tau'), '.0%') for r in done)}; at 1.5τ: "
-        f"{', '.join(_fmt(r.get('crossed_by_1.5_tau'), '.0%') for r in done)}; 10%→90% window "
-        f"{', '.join(_fmt(w, '.2f') for w in window)} τ (group-by-group would be ~{_fmt(np.mean(incr) if incr else None, '.2f')} τ)"
-    )
+    ours = sentences.collective(rows)
     claim = Claim(
         3,
         *CLAIMS[3],
@@ -147,7 +127,6 @@ def cascade_study(runs: list[Run], out: Path | None, scale: str) -> Study:
                 "log_k": run.config.task.log_k,
             }
         )
-    done = [r for r in rows if r["tau"]]
     verdict = verdicts.cascade(rows)
     result = {
         "runs": rows,
@@ -156,16 +135,7 @@ def cascade_study(runs: list[Run], out: Path | None, scale: str) -> Study:
     }
     figs = [study_figures.cascade_onsets(rows)]
     _save(out, "cascade", result)
-    ours = (
-        "; ".join(
-            f"{r['run']}: {r['routing_head']}, Δz leads τ by {_fmt(r['dz_lead_frac'], '.2f')} τ (attention by "
-            f"{_fmt(r['attn_lead_frac'], '.2f')} τ), mean ablation Δ pre/mid/post "
-            f"{'/'.join(_fmt(r['mean_ablation_delta'][p], '+.2f') for p in ('pre', 'mid', 'post'))} nats, best head alone "
-            f"{r['best_alone']} at {_fmt(r['best_alone_candidate_loss'], '.2f')} nats"
-            for r in done
-        )
-        or "no run transitioned"
-    )
+    ours = sentences.cascade(rows)
     claim = Claim(
         7,
         *CLAIMS[7],
@@ -225,15 +195,7 @@ def geometry(runs: list[Run], out: Path | None, scale: str) -> Study:
         figs.append(study_figures.hessian_vs_sample(sweep, runs[0].path.name))
     _save(out, "geometry", result)
     verdict = verdicts.geometry(plateau)
-    ours = "; ".join(
-        f"{r['run']} {r['phase']} (step {r['step']}): λmax {_fmt(r['lambda_max'])}, λmin {_fmt(r['lambda_min'])}, ratio "
-        f"{_fmt(r['ratio'])}, noise on top {r['top_k']} {_fmt(r['noise_share_top'], '.0%')} (random "
-        f"{_fmt(r['random_share'], '.1e')})"
-        for r in rows
-    ) + "".join(
-        f"; {r['run']} mid at {r['sample']} examples: ratio {_fmt(r['ratio'])} (λmin {_fmt(r['lambda_min'])})"
-        for r in sweep
-    )
+    ours = sentences.geometry(rows, sweep)
     claim = Claim(
         5,
         *CLAIMS[5],
