@@ -50,6 +50,8 @@ COMMANDS = [
     "import",
     "publish",
     "prune",
+    "analyze",
+    "study",
 ]
 
 

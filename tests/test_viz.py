@@ -8,7 +8,7 @@ import pytest
 
 import selector_lens as sl
 from selector_lens import viz
-from selector_lens.viz.dashboard import run_dashboard
+from selector_lens.analyze import run_dashboard
 from selector_lens.transition import group_crossing_steps
 from selector_lens.viz.figures import DZ_FLOOR, thin
 from tests.helpers import render, tiny
@@ -120,6 +120,35 @@ def test_dashboard_renders_offline_in_chromium(run, tmp_path):
     )  # loss, Δz, attention, groups, ablation, patching, weights, lens, explorer
     colors = Image.open(io.BytesIO(shot)).convert("RGB").getcolors(maxcolors=1 << 20)
     assert colors is None or len(colors) > 100  # not blank
+
+
+def test_analyze_stores_what_the_dashboard_reads(run, tmp_path, monkeypatch):
+    """After `selector-lens analyze`, a dashboard computes nothing from checkpoints: every table
+    comes from the store (a checkpoint load would raise here), and draws the same figures."""
+    import shutil as sh
+
+    from selector_lens.analyze import gather
+    from tests.helpers import cli
+
+    copy = tmp_path / "r"
+    sh.copytree(run.path, copy)
+    out = cli("analyze", "--run", copy, "--json")
+    assert out.returncode == 0, out.stderr
+    seconds = json.loads(out.stdout)["seconds"]
+    assert {"ablation", "patching", "logit_lens", "explorer", "routing"} <= set(seconds)
+    cold = gather(sl.Run.open(copy))
+
+    def no_checkpoints(*a, **k):
+        raise AssertionError("a checkpoint was loaded")
+
+    monkeypatch.setattr(sl.Run, "model_at", no_checkpoints)
+    warm = gather(sl.Run.open(copy))
+    assert warm.routing == cold.routing is not None
+    assert warm.ablation.equals(cold.ablation) and warm.lens.equals(cold.lens)
+    assert warm.patching.equals(cold.patching)
+    assert all((warm.explorer[s] == cold.explorer[s]).all() for s in cold.explorer)
+    stored = {p.parent.parent.name for p in (copy / "analyses").glob("*/*/step_*.json")}
+    assert {"ablation", "patching", "logit_lens", "attention_explorer"} <= stored
 
 
 def test_dashboard_of_a_run_still_training_and_of_an_empty_run(run, tmp_path):

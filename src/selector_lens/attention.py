@@ -82,3 +82,35 @@ def attention_patterns(model, tokens: torch.Tensor, chunk: int = 1024) -> torch.
         part = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"].sum(0) for l in range(L)]).cpu()
         total = part if total is None else total + part
     return total / len(tokens)
+
+
+EXPLORER_VERSION = "1"
+
+
+def example_patterns(run, steps, example: int = 0, recompute: bool = False) -> dict:
+    """{step: [layer, head, query, key] attention pattern of one example} at each step (the
+    dashboard's attention explorer), kept in the run's analysis store."""
+    import numpy as np
+    import pandas as pd
+
+    from .store import per_step
+
+    n = run.config.task.n_examples
+    if not 0 <= example < n:
+        raise SelectorLensError(f"example {example} out of range: the run has examples 0..{n - 1}")
+    steps = list(steps)
+    for step in steps:
+        run.check_step(step)
+
+    def compute(todo):
+        tokens = run.task_data.tokens[example : example + 1]
+        rows = [
+            {"step": s, "pattern": attention_patterns(m, tokens).tolist()}
+            for s, m in run.series(todo)
+        ]
+        return pd.DataFrame(rows)
+
+    table = per_step(
+        run, "attention_explorer", EXPLORER_VERSION, {"example": example}, steps, compute, recompute
+    )
+    return {int(r.step): np.asarray(r.pattern) for r in table.itertuples()}

@@ -72,6 +72,9 @@ def config_options(func):
 def train(
     out: Optional[Path] = typer.Option(None, help="Run directory (default: checkpoints/<name>)."),
     resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
+    analyze: bool = typer.Option(
+        False, "--analyze", help="Once training ends, compute and store what the dashboard reads."
+    ),
     json_out: JsonOpt = False,
     **options,
 ):
@@ -89,6 +92,11 @@ def train(
         **info["summary"],
         "session_wall_s": time.perf_counter() - t0,
     }
+    if analyze:
+        from .analyze import analyze as run_analyze
+        from .runs import Run
+
+        summary["analyze_s"] = run_analyze(Run.open(run.path, progress=not json_out))
     if json_out:
         print(json.dumps(summary))
     else:
@@ -467,6 +475,27 @@ def landscape(
 
 
 @app.command(
+    epilog="Examples:\n\n  selector-lens analyze --run checkpoints/k10\n\n"
+    "  selector-lens analyze --run checkpoints/k10 --recompute --json"
+)
+def analyze(
+    run: RunOpt = None,
+    recompute: bool = typer.Option(False, "--recompute", help="Compute again what is stored."),
+    json_out: JsonOpt = False,
+):
+    """Compute and store (in the run's analyses/) what the dashboard and `cascade` read: the
+    routing head, head ablations at pre / mid / post, patching, logit lens, attention explorer."""
+    from .analyze import analyze as run_analyze
+
+    r = _open_run(run)
+    seconds = run_analyze(r, recompute=recompute)
+    if json_out:
+        _json({"run": str(r.path), "seconds": seconds})
+        return
+    _table(f"{r.path}: stored analyses", ["table", "seconds"], [[k, v] for k, v in seconds.items()])
+
+
+@app.command(
     epilog="Examples:\n\n  selector-lens dashboard -o k10.html\n\n"
     "  selector-lens dashboard --run checkpoints/k10 -o k10.html --no-ablation --open"
 )
@@ -487,7 +516,8 @@ def dashboard(
     """One self-contained HTML page telling a run's story (works offline, from disk)."""
     import time
 
-    from .viz.dashboard import run_dashboard, sweep_dashboard
+    from .analyze import run_dashboard
+    from .viz.dashboard import sweep_dashboard
 
     t = time.perf_counter()
     if sweep is not None:

@@ -39,11 +39,14 @@ def lens_metrics(
     return rows
 
 
-@torch.inference_mode()
-def logit_lens(run, steps=None):
+LENS_VERSION = "1"  # bump when the numbers change: stored tables are then recomputed
+
+
+def logit_lens(run, steps=None, recompute: bool = False):
     """Rows {step, layer, p_correct, top1, entropy, candidate_loss}, per step in layer order
-    (layer 0 = the embedding, layer l = after block l - 1), on the run's evaluation set."""
-    import pandas as pd
+    (layer 0 = the embedding, layer l = after block l - 1), on the run's evaluation set. Kept in
+    the run's analysis store (`recompute=True` bypasses it)."""
+    from .store import per_step
 
     task = run.config.task
     if not task.has_candidates:
@@ -51,6 +54,25 @@ def logit_lens(run, steps=None):
             f"{run.path} is a {task.direction} run: the logit lens reads the a1 prediction"
         )
     steps = run.steps if steps is None else list(steps)
+    for step in steps:
+        run.check_step(step)
+    params = {"eval_set": "the run's recorded groups"}
+    return per_step(
+        run,
+        "logit_lens",
+        LENS_VERSION,
+        params,
+        steps,
+        lambda todo: _lens_table(run, todo),
+        recompute,
+    )
+
+
+@torch.inference_mode()
+def _lens_table(run, steps):
+    import pandas as pd
+
+    task = run.config.task
     es = run.eval_set()
     pos = task.first_target_pos
     correct = es.tokens[:, pos + 1]

@@ -159,9 +159,41 @@ def normalized_logit_diff(model, corruption: ZCorruption):
     return metric
 
 
-def patch_series(run, site: str = "resid_pre", steps=None, n_examples: int = 200, seed: int = 0):
+PATCHING_VERSION = "1"  # bump when the numbers change: stored tables are then recomputed
+
+
+def patch_series(
+    run,
+    site: str = "resid_pre",
+    steps=None,
+    n_examples: int = 200,
+    seed: int = 0,
+    recompute: bool = False,
+):
     """`patch` with the z corruption and normalised logit difference at each checkpoint: a tidy
-    DataFrame step x layer x pos (x head), with the clean and corrupt logit differences."""
+    DataFrame step x layer x pos (x head), with the clean and corrupt logit differences. Kept in
+    the run's analysis store (`recompute=True` bypasses it)."""
+    from ..store import per_step
+
+    if site not in SITES:
+        raise SelectorLensError(f"unknown site {site!r}; choose one of {', '.join(SITES)}")
+    z_corruption(run.task_data, [0])  # one clear error for a run without a z to corrupt
+    steps = run.steps if steps is None else list(steps)
+    for step in steps:
+        run.check_step(step)
+    params = {"site": site, "n_examples": n_examples, "seed": seed}
+    return per_step(
+        run,
+        "patching",
+        PATCHING_VERSION,
+        params,
+        steps,
+        lambda todo: _patch_table(run, site, todo, n_examples, seed),
+        recompute,
+    )
+
+
+def _patch_table(run, site, steps, n_examples, seed):
     import pandas as pd
 
     data = run.task_data
@@ -169,7 +201,7 @@ def patch_series(run, site: str = "resid_pre", steps=None, n_examples: int = 200
     examples = np.sort(np.random.default_rng(seed).choice(len(data.tokens), n, replace=False))
     corr = z_corruption(data, examples)
     rows = []
-    for step, model in run.series(run.steps if steps is None else steps):
+    for step, model in run.series(steps):
         metric = normalized_logit_diff(model, corr)
         result = patch(model, corr.clean, corr.corrupt, site, metric)
         for idx in np.ndindex(*result.shape):

@@ -6,7 +6,6 @@ import html
 import json
 from pathlib import Path
 
-from ..errors import SelectorLensError
 from . import figures
 
 
@@ -38,24 +37,7 @@ def write_html(path, title: str, blocks: list) -> Path:
     return path
 
 
-def _summary_table(run, tau) -> str:
-    cfg, rows = run.config, run.metric_rows()
-    last = rows[-1]
-    t = cfg.task
-    items = [
-        (
-            "task",
-            f"{t.direction}, K={t.k}, n_bases={t.n_bases} (D={t.n_examples}), seed {cfg.seed}",
-        ),
-        (
-            "training",
-            f"lr {cfg.lr:g}, batch {cfg.batch_size}, {cfg.steps} steps max; status {run.status}",
-        ),
-        ("last eval step", last["step"]),
-        ("τ (candidate loss < 0.5 log K)", tau if tau is not None else "no transition (yet)"),
-        ("final candidate accuracy", last.get("candidate_acc")),
-        ("final Δz (nats)", last.get("dz")),
-    ]
+def _summary_table(items) -> str:
     body = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(f'{v:.4g}' if isinstance(v, float) else str(v))}</td></tr>"
         for k, v in items
@@ -63,105 +45,37 @@ def _summary_table(run, tau) -> str:
     return f"<table>{body}</table>"
 
 
-def run_dashboard(
-    run,
-    out,
-    ablation: bool = True,
-    patch_steps: int = 8,
-    example: int = 0,
-    explorer_steps: int = 12,
-    mode: str = "mean",
-    lens_steps: int = 8,
-) -> Path:
-    """The run's story on one page; parts that need what the run lacks (a transition, z,
-    candidates) are left out with a line saying why."""
-    from ..attention import attention_patterns, attention_to_z
-    from ..interventions.ablation import ablate_each_head
-    from ..interventions.patching import patch_series
-    from ..routing import most_necessary_head
-    from ..task import decode
-
-    rows = run.metric_rows()
-    if not rows:
-        raise SelectorLensError(f"{run.path} has no metrics yet: nothing to show")
-    task = run.config.task
-    if not 0 <= example < task.n_examples:
-        raise SelectorLensError(
-            f"example {example} out of range: the run has examples 0..{task.n_examples - 1}"
-        )
-    metrics = run.metrics
-    tau = run.tau()
-    blocks = [_summary_table(run, tau)]
-    if run.status == "running":
+def draw_run(t, out, run_path) -> Path:
+    """Draw a run's dashboard from its gathered tables (`analyze.RunTables`): drawing only, no
+    computation, so it takes seconds once the tables are stored."""
+    blocks = [_summary_table(t.summary)]
+    if t.still_training:
+        blocks.append(f"<p class='note'>{html.escape(t.still_training)}</p>")
+    blocks.append(figures.loss_curves(t.metrics, t.log_k, t.tau))
+    if t.has_z:
+        blocks.append(figures.dz_curve(t.metrics, t.tau))
+        blocks.append(figures.attention_heatmap(t.attention, t.routing))
+    if t.has_candidates:
+        blocks.append(figures.group_transition(t.metrics, t.k))
+    if t.ablation is not None and t.routing is not None:
+        shown = {p: t.phases[p] for p in ("pre", "mid", "post")}
+        blocks.append(figures.ablation_heatmaps(t.ablation, shown))
+    if t.patching is not None:
+        blocks.append(figures.patching_heatmap(t.patching, t.token_labels))
+    if t.weights is not None:
+        blocks.append(figures.weight_trajectory_curves(t.weights, t.tau))
+    if t.lens is not None:
+        blocks.append(figures.logit_lens_curves(t.lens, t.tau))
+    if t.explorer is not None:
+        blocks.append(f"<h2>Attention explorer: example {t.example}</h2>")
+        blocks.append(figures.attention_explorer(t.explorer, t.token_labels))
+    if t.notes:
         blocks.append(
-            f"<p class='note'>This run is still training (or was killed): showing the "
-            f"{len(rows)} evaluations and {len(run.steps)} checkpoints written so far.</p>"
+            "<p class='note'>Left out: " + "; ".join(html.escape(n) for n in t.notes) + "</p>"
         )
-    notes = []
-    blocks.append(figures.loss_curves(metrics, task.log_k, tau))
-    routing = None
-    phases = run.phases() if tau is not None and run.steps else None
-    if ablation and phases and task.has_z:
-        try:  # a published run serves its stored tables, and has nothing to compute them from
-            table = ablate_each_head(
-                run, sorted(set(phases[p] for p in ("pre", "mid", "post"))), mode
-            )
-            post = table[table.step == phases["post"]]
-            routing = "L{}H{}".format(*most_necessary_head(post)[0])
-            abl_fig = figures.ablation_heatmaps(
-                table, {p: phases[p] for p in ("pre", "mid", "post")}
-            )
-        except SelectorLensError as e:
-            if run.has_weights:
-                raise
-            notes.append(f"head ablation: not stored with this published run ({e})")
-    elif ablation:
-        notes.append("head ablation: needs a run with z that has transitioned (phases come from τ)")
-    if task.has_z:
-        blocks.append(figures.dz_curve(metrics, tau))
-        blocks.append(figures.attention_heatmap(attention_to_z(run), routing))
-    if task.has_candidates:
-        blocks.append(figures.group_transition(metrics, task.k))
-    if routing is not None:
-        blocks.append(abl_fig)
-    if not run.has_weights:
-        notes.append(
-            "activation patching, the attention explorer, the logit lens and the weight trajectory: "
-            "need the weights, which a published run leaves out"
-        )
-    elif task.direction == "bz_to_a" and task.k > 1 and run.steps and patch_steps > 0:
-        labels = decode(run.task_data.tokens[0].tolist())
-        blocks.append(
-            figures.patching_heatmap(
-                patch_series(run, "resid_pre", figures.thin(run.steps, patch_steps)), labels
-            )
-        )
-    else:
-        notes.append("activation patching: needs a bz_to_a run with K >= 2 and checkpoints")
-    if run.steps and run.has_weights:
-        from ..logit_lens import logit_lens
-        from ..weight_trajectory import weight_trajectory
-
-        blocks.append(figures.weight_trajectory_curves(weight_trajectory(run), tau))
-        if task.has_candidates:
-            blocks.append(
-                figures.logit_lens_curves(logit_lens(run, figures.thin(run.steps, lens_steps)), tau)
-            )
-        tokens = run.task_data.tokens[example : example + 1]
-        patterns = {
-            s: attention_patterns(m, tokens).numpy()
-            for s, m in run.series(figures.thin(run.steps, explorer_steps))
-        }
-        blocks.append(f"<h2>Attention explorer: example {example}</h2>")
-        blocks.append(figures.attention_explorer(patterns, decode(tokens[0].tolist())))
-    if notes:
-        blocks.append(
-            "<p class='note'>Left out: " + "; ".join(html.escape(n) for n in notes) + "</p>"
-        )
-    blocks.append(
-        f"<script type='application/json' id='run-info'>{json.dumps({'run': str(run.path), 'tau': tau, 'routing_head': routing})}</script>"
-    )
-    return write_html(out, f"selector-lens: {run.path.name}", blocks)
+    info = {"run": str(run_path), "tau": t.tau, "routing_head": t.routing}
+    blocks.append(f"<script type='application/json' id='run-info'>{json.dumps(info)}</script>")
+    return write_html(out, f"selector-lens: {t.name}", blocks)
 
 
 def sweep_dashboard(root, out) -> Path:
