@@ -196,11 +196,15 @@ def tiny_run(tmp_path_factory):
         "--lr",
         "0.003",
         "--no-early-stop",
+        "--analyze",
         "--out",
         str(path),
         "--json",
     )
     assert out.returncode == 0, out.stderr
+    stored = json.loads(out.stdout)["analyze_s"]  # train --analyze filled the store
+    assert {"patching", "logit_lens", "explorer"} <= set(stored)
+    assert (path / "analyses" / "patching").is_dir()
     return path
 
 
