@@ -4,11 +4,20 @@ Floor: every GEMM of one training step of the paper model (forward, and the two 
 of each weight: dX = dY W^T, dW = X^T dY), timed alone as torch.mm on its own shape, summed.
 Attention score / value products are batched matmuls and counted the same way. The machine is
 shared and noisy: the floor and both steps are measured in alternating rounds, ratios per round.
+
+Strict floor: the same FLOPs at this machine's best rate, the fastest of square fp32 products
+(256 to 2048); the step's own small GEMMs run well below that rate, so the strict floor shows the
+headroom the per-shape floor hides. Last, the end-to-end CLI step: `selector-lens train` for 600
+and for 100 steps (no evaluation or checkpoint in between), the difference over 500 steps.
 """
 
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
+import tempfile
+import time
 
 import torch
 
@@ -18,6 +27,7 @@ from selector_lens.trainer import BatchOrder
 from bench_core import timed, toolkit_steps  # benchmarks/ is on sys.path when run as a script
 
 ROUNDS = 5
+SQUARE = (256, 512, 1024, 2048)
 
 
 def step_gemms(
@@ -49,6 +59,44 @@ def floor_seconds(gemms) -> tuple[float, float]:
     return total, flops
 
 
+def best_rate() -> float:
+    """The machine's best matmul rate, FLOP/s, over square fp32 products."""
+    rates = []
+    for n in SQUARE:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        rates.append(2 * n**3 / timed(lambda: torch.mm(a, b)))
+    return max(rates)
+
+
+def cli_step_seconds(short: int = 100, long: int = 600) -> float:
+    """Seconds per step of `selector-lens train` (K = 10, n_bases = 1000), end to end: a `long`
+    and a `short` run, evaluations and checkpoints only at their ends, the difference per step."""
+    times = []
+    for n in (short, long):
+        with tempfile.TemporaryDirectory() as tmp:
+            args = [
+                "--k",
+                "10",
+                "--n-bases",
+                "1000",
+                "--steps",
+                n,
+                "--eval-every",
+                n,
+                "--ckpt-every",
+                n,
+            ]
+            cmd = [sys.executable, "-m", "selector_lens", "train", *map(str, args)]
+            t = time.perf_counter()
+            subprocess.run(
+                [*cmd, "--no-early-stop", "--out", f"{tmp}/r", "--json"],
+                check=True,
+                capture_output=True,
+            )
+            times.append(time.perf_counter() - t)
+    return (times[1] - times[0]) / (long - short)
+
+
 def main() -> None:
     task = sl.SelectorTask(k=10, n_bases=1000)
     cfg = sl.TrainConfig(task=task)
@@ -72,8 +120,9 @@ def main() -> None:
     rounds = []
     for _ in range(ROUNDS):
         floor, flops = floor_seconds(gemms)
-        rounds.append((floor, timed(toolkit_step, 15), timed(plain, 15)))
-    floor, toolkit, plain_s = (statistics.median(r[i] for r in rounds) for i in range(3))
+        rounds.append((floor, timed(toolkit_step, 15), timed(plain, 15), flops / best_rate()))
+    floor, toolkit, plain_s, strict = (statistics.median(r[i] for r in rounds) for i in range(4))
+    r_strict = statistics.median(r[1] / r[3] for r in rounds)
     r_tool = statistics.median(r[1] / r[0] for r in rounds)
     r_plain = statistics.median(r[2] / r[0] for r in rounds)
     print(
@@ -86,6 +135,15 @@ def main() -> None:
     print(
         f"plain HookedTransformer:  {plain_s * 1e3:7.1f} ms = {r_plain:.2f} x floor  "
         f"(rounds {', '.join(f'{r[2] / r[0]:.2f}' for r in rounds)})"
+    )
+    print(
+        f"strict floor (the step's FLOPs at the best square-matmul rate, {flops / strict / 1e9:.0f} "
+        f"GFLOP/s): {strict * 1e3:.1f} ms; toolkit step = {r_strict:.2f} x strict floor"
+    )
+    cli = cli_step_seconds()
+    print(
+        f"selector-lens train, end to end (600 - 100 steps): {cli * 1e3:7.1f} ms a step = "
+        f"{cli / toolkit:.2f} x the in-process step"
     )
 
 
