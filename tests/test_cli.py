@@ -52,6 +52,7 @@ COMMANDS = [
     "prune",
     "analyze",
     "study",
+    "representations",
 ]
 
 

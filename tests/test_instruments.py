@@ -1,4 +1,4 @@
-"""Logit lens and weight trajectory against hand-computed oracles."""
+"""Logit lens, weight trajectory and representation statistics against hand-computed oracles."""
 
 import math
 
@@ -7,6 +7,7 @@ import torch
 
 import selector_lens as sl
 from selector_lens.logit_lens import lens_metrics, logit_lens
+from selector_lens.representations import representation_stats, variance_split
 from selector_lens.weight_trajectory import trajectory, weight_trajectory
 from tests.helpers import tiny
 
@@ -121,3 +122,37 @@ def test_instrument_figures_plot_their_tables(run):
     traj = weight_trajectory(run)
     fig = weight_trajectory_curves(traj)
     assert [list(d.y) for d in fig.data][0] == traj.total_norm.tolist() and len(fig.data) == 3
+
+
+def test_variance_split_on_planted_representations():
+    """Base g sits at (±3, 0), its examples at ±0.5 along the other axis: within-base variance
+    0.25, between-base 9, exactly."""
+    x = torch.tensor([[[3.0, 0.5], [3.0, -0.5]], [[-3.0, 0.5], [-3.0, -0.5]]])
+    assert variance_split(x) == pytest.approx((0.25, 9.0))
+    shifted = x + torch.tensor([10.0, -7.0])  # a common offset changes neither part
+    assert variance_split(shifted) == pytest.approx((0.25, 9.0))
+    one = x[:, :1].expand(2, 2, 2)  # every example on its base's mean: collapsed
+    assert variance_split(one) == pytest.approx((0.0, 9.0))
+
+
+def test_representation_stats_by_hand(run):
+    """Per layer at the a1-predicting position, from the cache by hand: within = mean squared
+    distance to the base's mean, between = of the base means to the grand mean."""
+    table = representation_stats(run, [0, 40])
+    model, es = run.model_at(40), run.eval_set()
+    pos, k, L = run.config.task.first_target_pos, run.config.task.k, model.cfg.n_layers
+    _, cache = model.run_with_cache(es.tokens)
+    got = table[table.step == 40].set_index("layer")
+    assert list(got.index) == list(range(L + 1)) and len(table) == 2 * (L + 1)
+    for layer in range(L + 1):
+        name = f"blocks.{layer}.hook_resid_pre" if layer < L else f"blocks.{L - 1}.hook_resid_post"
+        x = cache[name][:, pos].double().numpy().reshape(-1, k, model.cfg.d_model)
+        means = x.mean(1)
+        within = ((x - means[:, None]) ** 2).sum(-1).mean()
+        between = ((means - x.reshape(-1, x.shape[-1]).mean(0)) ** 2).sum(-1).mean()
+        assert got.loc[layer, "within"] == pytest.approx(within, rel=1e-5)
+        assert got.loc[layer, "between"] == pytest.approx(between, rel=1e-5)
+        if layer == 0:  # the embedding of the same token (SEP) at the same position everywhere
+            assert within == between == 0 and math.isnan(got.loc[0, "ratio"])
+        else:
+            assert got.loc[layer, "ratio"] == pytest.approx(within / between, rel=1e-5)

@@ -116,8 +116,8 @@ def test_dashboard_renders_offline_in_chromium(run, tmp_path):
     assert errors == []
     assert all(u.startswith("file://") for u in requests), requests  # no network request
     assert (
-        figs == 9 and rendered == figs
-    )  # loss, Δz, attention, groups, ablation, patching, weights, lens, explorer
+        figs == 10 and rendered == figs
+    )  # loss, Δz, attention, groups, ablation, patching, weights, lens, representations, explorer
     colors = Image.open(io.BytesIO(shot)).convert("RGB").getcolors(maxcolors=1 << 20)
     assert colors is None or len(colors) > 100  # not blank
 

@@ -33,6 +33,9 @@ _EXPORTS = {
     "cascade": "routing",
     "logit_lens": "logit_lens",
     "weight_trajectory": "weight_trajectory",
+    "representation_stats": "representations",
+    "analyze": "analyze",
+    "run_dashboard": "analyze",
     "training_set_ablation": "interventions.ablation",
 }
 

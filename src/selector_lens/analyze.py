@@ -2,7 +2,8 @@
 
 `gather` collects every table the dashboard draws: the metrics (no checkpoint needed), the head
 ablations at pre / mid / post and the routing head, attention to z, activation patching over
-the checkpoints, the weight trajectory, the logit lens and the attention explorer's patterns.
+the checkpoints, the weight trajectory, the logit lens, the representation statistics and the
+attention explorer's patterns.
 Each table that needs checkpoints goes through the analysis store (`store.py`), so the first
 call computes and stores it and later calls read it: `analyze` after training makes the
 dashboard a matter of drawing. `run_dashboard` is gather, then `viz.dashboard.draw_run`.
@@ -38,6 +39,7 @@ class RunTables:
     token_labels: list[str] | None = None  # the example's tokens (patching and explorer axes)
     weights: object = None  # weight_trajectory
     lens: object = None  # logit_lens
+    representations: object = None  # representation_stats
     explorer: dict | None = None  # {step: [layer, head, query, key]} of one example
     example: int = 0
     notes: list[str] = field(default_factory=list)
@@ -156,6 +158,13 @@ def gather(
             t0 = clock()
             t.lens = logit_lens(run, thin(run.steps, lens_steps), recompute=recompute)
             t.seconds["logit_lens"] = clock() - t0
+        if task.k > 1:
+            from .representations import representation_stats
+
+            t0 = clock()
+            steps = thin(run.steps, lens_steps)
+            t.representations = representation_stats(run, steps, recompute=recompute)
+            t.seconds["representations"] = clock() - t0
         t0 = clock()
         t.explorer = example_patterns(run, thin(run.steps, explorer_steps), example, recompute)
         t.token_labels = labels

@@ -336,6 +336,34 @@ def weights_cmd(
 
 
 @app.command(
+    "representations",
+    epilog="Examples:\n\n  selector-lens representations --run checkpoints/k10 --every 4\n\n"
+    "  selector-lens representations --phase post --json",
+)
+def representations_cmd(
+    run: RunOpt = None,
+    step: StepOpt = None,
+    phase: PhaseOpt = None,
+    every: EveryOpt = None,
+    json_out: JsonOpt = False,
+):
+    """Within-base and between-base variance of the residual stream at the a1-predicting
+    position, per layer (0 = the embedding), across checkpoints: the neural-collapse test."""
+    from .representations import representation_stats
+
+    r = _open_run(run)
+    df = representation_stats(r, r.select_steps(step=step, phase=phase, every=every))
+    if json_out:
+        _json(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
+        return
+    _table(
+        f"{r.path}: representations at the a1-predicting position (τ = {r.tau()})",
+        ["step", "layer", "within", "between", "within / between"],
+        [[int(x.step), int(x.layer), x.within, x.between, x.ratio] for x in df.itertuples()],
+    )
+
+
+@app.command(
     epilog="Examples:\n\n  selector-lens cascade --run checkpoints/k10\n\n  selector-lens cascade --json"
 )
 def cascade(

@@ -9,6 +9,7 @@ from .figures import (
     logit_lens_curves,
     loss_curves,
     patching_heatmap,
+    representation_curves,
     tau_vs_d,
     tau_vs_k,
     weight_trajectory_curves,
@@ -26,4 +27,5 @@ __all__ = [
     "tau_vs_k",
     "logit_lens_curves",
     "weight_trajectory_curves",
+    "representation_curves",
 ]

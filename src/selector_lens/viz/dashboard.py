@@ -66,6 +66,8 @@ def draw_run(t, out, run_path) -> Path:
         blocks.append(figures.weight_trajectory_curves(t.weights, t.tau))
     if t.lens is not None:
         blocks.append(figures.logit_lens_curves(t.lens, t.tau))
+    if t.representations is not None:
+        blocks.append(figures.representation_curves(t.representations, t.tau))
     if t.explorer is not None:
         blocks.append(f"<h2>Attention explorer: example {t.example}</h2>")
         blocks.append(figures.attention_explorer(t.explorer, t.token_labels))

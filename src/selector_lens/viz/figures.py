@@ -82,6 +82,33 @@ def logit_lens_curves(lens, tau: int | None = None) -> go.Figure:
     return fig
 
 
+def representation_curves(stats, tau: int | None = None) -> go.Figure:
+    """Within-base and between-base variance of the residual stream at the a1-predicting
+    position, per layer, against step (table from `representation_stats`)."""
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("within-base variance", "between-base variance")
+    )
+    for layer, part in stats.groupby("layer"):
+        name = "embedding" if layer == 0 else f"after block {layer - 1}"
+        for col, key in enumerate(("within", "between"), start=1):
+            fig.add_scatter(
+                x=part.step,
+                y=part[key],
+                name=name,
+                mode="lines",
+                legendgroup=name,
+                showlegend=col == 1,
+                row=1,
+                col=col,
+            )
+    for col in (1, 2):
+        if tau is not None:
+            fig.add_vline(x=tau, line_color="crimson", row=1, col=col)
+    fig.update_yaxes(type="log")
+    fig.update_layout(title=f"Representations at the a1-predicting position (τ = {tau})")
+    return fig
+
+
 def weight_trajectory_curves(traj, tau: int | None = None) -> go.Figure:
     """Total weight norm, displacement between checkpoints and the cosine of consecutive
     displacements against step (table from `weight_trajectory`)."""
