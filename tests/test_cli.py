@@ -92,6 +92,7 @@ def test_train_sets_every_option(monkeypatch, tmp_path):
         direction="a_to_b",
         unique_first_char=False,
         data_seed=5,
+        z_groups=3,
         parity="ours",
         n_layers=1,
         n_heads=3,

@@ -3,6 +3,7 @@ import itertools
 import pytest
 import torch
 
+import selector_lens as sl
 from selector_lens import SelectorLensError, SelectorTask
 from selector_lens.task import BOS, EOS, SEP, decode, encode
 
@@ -102,3 +103,57 @@ def test_impossible_configs_are_one_clear_error(kw, words):
         return
     with pytest.raises(SelectorLensError, match=words):
         SelectorTask(**kw)
+
+
+def test_selector_super_groups_string_by_string():
+    """z_groups = 2: bases 0 and 2 use the first K selectors, base 1 the next K; every example's
+    z is its super-group's i-th, and the K = 2 candidates of a base are still its own targets."""
+    from selector_lens.task import decode
+
+    task = sl.SelectorTask(k=2, n_bases=3, z_groups=2, seed=1)
+    data = task.generate()
+    assert len(data.zs) == 4 and len(set(data.zs)) == 4  # 2 super-groups x K, all distinct
+    for g in range(3):
+        for i in range(2):
+            row = "".join(decode(data.tokens[g * 2 + i].tolist()))
+            z = data.zs[(g % 2) * 2 + i]
+            assert row == f"[BOS]{data.bases[g]}[SEP]{z}[SEP]{data.targets[g][i]}[EOS]", (g, i)
+            assert data.selector(g, i) == z
+    assert data.zs[:2] != data.zs[2:]
+    again = sl.TaskData.from_strings(task, **data.to_json())  # data.json stays exact
+    assert torch.equal(again.tokens, data.tokens)
+    one = sl.SelectorTask(k=2, n_bases=3, seed=1).generate()  # the bases are drawn first
+    assert one.bases == data.bases and len(one.zs) == 2
+
+
+@pytest.mark.parametrize(
+    "kw,words",
+    [
+        (
+            {"k": 10, "z_groups": 13, "z_length": 1, "n_bases": 20},
+            "needs 130 distinct selectors but z_length=1 allows only 36; raise z_length",
+        ),
+        ({"z_groups": 0}, "z_groups must lie in 1..n_bases"),
+        ({"n_bases": 5, "z_groups": 6}, "z_groups must lie in 1..n_bases=5"),
+        ({"z_groups": 2, "parity": "paper"}, "leave z_groups at 1"),
+    ],
+)
+def test_bad_super_groups(kw, words):
+    with pytest.raises(sl.SelectorLensError, match=words):
+        sl.SelectorTask(**kw)
+
+
+def test_deranged_z_comes_from_the_same_base():
+    """The eval set's z-deranged prefix carries another selector of the example's own base (its
+    super-group's), never one of another super-group."""
+    from selector_lens.metrics import make_eval_set
+
+    task = sl.SelectorTask(k=3, n_bases=4, z_groups=2)
+    data = task.generate()
+    es = make_eval_set(data)
+    zpos = task.z_positions
+    for e in range(len(es.tokens)):
+        g = e // 3
+        own = {tuple(data.tokens[g * 3 + i, zpos].tolist()) for i in range(3)}
+        got = tuple(es.deranged[e, zpos].tolist())
+        assert got in own and got != tuple(es.tokens[e, zpos].tolist())

@@ -165,6 +165,8 @@ class TrainConfig:
             parts.append(t.direction)
         if t.z_length != 2:
             parts.append(f"z{t.z_length}")
+        if t.z_groups != 1:
+            parts.append(f"g{t.z_groups}")
         return "-".join(parts + [f"s{self.seed}"])
 
     def to_dict(self) -> dict:

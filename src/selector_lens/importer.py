@@ -153,7 +153,7 @@ def import_run(folder, out, progress: bool = False):
         theirs = [json.loads(line) for line in examples.read_text().splitlines() if line.strip()]
         k = cfg.task.k
         ours = [
-            {"b": data.bases[g], "z": data.zs[i], "a": data.targets[g][i]}
+            {"b": data.bases[g], "z": data.selector(g, i), "a": data.targets[g][i]}
             for g in range(cfg.task.n_bases)
             for i in range(k)
         ]

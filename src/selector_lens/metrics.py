@@ -128,7 +128,8 @@ def make_eval_set(data: TaskData, eval_groups="auto", seed: int = 0, groups=None
         shift = torch.from_numpy(derangement_shifts(n, task.k, seed + 1))
         new_choice = (choice + shift[group_pos]) % task.k
         deranged = tokens[:, : task.source_length].clone()
-        z_tokens = data.tokens[new_choice][:, task.z_positions]  # example i of group 0 carries z_i
+        other = data.group[idx] * task.k + new_choice  # the same base with another selector
+        z_tokens = data.tokens[other][:, task.z_positions]
         deranged[:, task.z_positions] = z_tokens
     return EvalSet(task, groups, tokens, deranged, candidates, correct, group_pos)
 

@@ -34,7 +34,7 @@ def build_model(cfg: ModelConfig, task: SelectorTask, seed: int = 42, device: st
 
 # Fields added after checkpoints were first written, at the value that reproduces the old
 # behaviour: left out of the hash, so those checkpoints still belong to their runs.
-LATER_FIELDS = {"parity": "ours"}
+LATER_FIELDS = {"parity": "ours", "z_groups": 1}
 
 
 def config_hash(*configs) -> str:

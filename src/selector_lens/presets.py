@@ -304,8 +304,8 @@ def canonical(options: dict) -> dict:
     return {"k": defaults["k"], "n_bases": defaults["n_bases"], "seed": defaults["seed"], **options}
 
 
-NAME_ORDER = ("parity", "direction", "lr", "batch_size", "z_length")
-SHORT = {"batch_size": "bs", "z_length": "z"}
+NAME_ORDER = ("parity", "direction", "lr", "batch_size", "z_length", "z_groups")
+SHORT = {"batch_size": "bs", "z_length": "z", "z_groups": "g"}
 
 
 def run_name(options: dict) -> str:
@@ -317,6 +317,7 @@ def run_name(options: dict) -> str:
         "lr": 1e-3,
         "batch_size": 128,
         "z_length": 2,
+        "z_groups": 1,
     }
     parts = [f"k{options.get('k', 10)}", f"nb{options['n_bases']}"]
     for key in NAME_ORDER:

@@ -51,6 +51,11 @@ class SelectorTask:
         True, "The K targets of a base start with K different characters."
     )
     seed: int = _opt(42, "Seed of the sampled strings.")
+    z_groups: int = _opt(
+        1,
+        "Super-groups of bases, each with its own K selectors (1: every base shares the same K; "
+        "n_bases: every base has private selectors). Base g is in super-group g mod z_groups.",
+    )
     parity: str = _opt(
         "ours",
         "paper: the paper code's dataset, initial weights, batch order and lr, "
@@ -80,10 +85,17 @@ class SelectorTask:
                 f"k={self.k} > {n}: with unique_first_char the K targets of a base need K "
                 f"different first characters (turn unique_first_char off for larger K)"
             )
-        if self.k > n**self.z_length:
+        if not 1 <= self.z_groups <= self.n_bases:
             raise SelectorLensError(
-                f"k={self.k} needs {self.k} distinct selectors but z_length={self.z_length} "
-                f"allows only {n**self.z_length}"
+                f"z_groups must lie in 1..n_bases={self.n_bases}, got {self.z_groups}"
+            )
+        if self.z_groups > 1 and self.parity == "paper":
+            raise SelectorLensError("parity 'paper' has one set of selectors: leave z_groups at 1")
+        need = self.k * self.z_groups
+        if need > n**self.z_length:
+            raise SelectorLensError(
+                f"k={self.k} x z_groups={self.z_groups} needs {need} distinct selectors but "
+                f"z_length={self.z_length} allows only {n**self.z_length}; raise z_length"
             )
         if self.n_bases > n**self.b_length:
             raise SelectorLensError(
@@ -155,7 +167,8 @@ class SelectorTask:
         rng = np.random.default_rng(self.seed)
         n = len(ALPHABET)
         bases = [_to_str(i, self.b_length) for i in _distinct(rng, self.n_bases, n**self.b_length)]
-        zs = [_to_str(i, self.z_length) for i in _distinct(rng, self.k, n**self.z_length)]
+        count = self.k * self.z_groups  # super-group s uses zs[s * K : (s + 1) * K]
+        zs = [_to_str(i, self.z_length) for i in _distinct(rng, count, n**self.z_length)]
         if self.unique_first_char:
             firsts = np.stack([rng.permutation(n)[: self.k] for _ in range(self.n_bases)])
             targets = np.empty((self.n_bases, self.k), dtype=object)

@@ -18,12 +18,14 @@ from .task import BOS, EOS, SEP, SelectorTask, encode
 class TaskData:
     """The dataset of one task: strings and the tensors every other module reads.
 
-    Example e = g * K + i is base g with its i-th target and i-th selector.
+    Example e = g * K + i is base g with its i-th target and the i-th selector of its
+    super-group s = g mod z_groups: `zs[s * K + i]` (with z_groups = 1, `zs` is the K selectors
+    every base shares).
     """
 
     task: SelectorTask
     bases: list[str]
-    zs: list[str]
+    zs: list[str]  # z_groups x K selectors, super-group-major
     targets: list[list[str]]  # [n_bases][K]
     tokens: Int[Tensor, "examples seq"] = field(repr=False)
     group: Int[Tensor, " examples"] = field(repr=False)  # the example's base
@@ -33,22 +35,26 @@ class TaskData:
     def from_strings(cls, task: SelectorTask, bases, zs, targets) -> "TaskData":
         if (
             len(bases) != task.n_bases
-            or len(zs) != task.k
+            or len(zs) != task.k * task.z_groups
             or any(len(t) != task.k for t in targets)
         ):
-            raise SelectorLensError("strings do not match the task's n_bases and k")
+            raise SelectorLensError("strings do not match the task's n_bases, k and z_groups")
         rows = []
         for g, b in enumerate(bases):
             for i, a in enumerate(targets[g]):
                 src, tgt = (a, b) if task.direction.startswith("a") else (b, a)
                 row = [BOS, *encode(src), SEP]
                 if task.has_z:
-                    row += [*encode(zs[i]), SEP]
+                    row += [*encode(zs[(g % task.z_groups) * task.k + i]), SEP]
                 rows.append(row + encode(tgt) + [EOS])
         tokens = torch.tensor(rows, dtype=torch.long)
         group = torch.arange(task.n_bases).repeat_interleave(task.k)
         choice = torch.arange(task.k).repeat(task.n_bases)
         return cls(task, list(bases), list(zs), [list(t) for t in targets], tokens, group, choice)
+
+    def selector(self, g: int, i: int) -> str:
+        """The i-th selector of base g (its super-group's)."""
+        return self.zs[(g % self.task.z_groups) * self.task.k + i]
 
     @property
     def loss_mask(self) -> Bool[Tensor, " predictions"]:
