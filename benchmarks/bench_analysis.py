@@ -73,7 +73,7 @@ def questions(run, train_s: float) -> None:
     import tempfile
     from pathlib import Path
 
-    from selector_lens.analyze import run_dashboard
+    from selector_lens.run_tables import run_dashboard
     from selector_lens.store import STORE_DIR
 
     with tempfile.TemporaryDirectory() as tmp:

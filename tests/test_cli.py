@@ -180,6 +180,20 @@ def test_train_json_summary_then_refuse_to_overwrite(tmp_path):
     assert again.returncode == 2 and "holds a different run" in again.stderr
 
 
+def test_every_api_name_is_what_it_says_after_every_module_is_loaded():
+    """A lazily exported name must not be shadowed by a submodule of the same name once that
+    module is imported (as happened to `sl.logit_lens`)."""
+    import importlib
+    import pkgutil
+    import types
+
+    for m in pkgutil.walk_packages(sl.__path__, "selector_lens."):
+        if not m.name.endswith("__main__"):
+            importlib.import_module(m.name)
+    for name in sl.__all__:
+        assert not isinstance(getattr(sl, name), types.ModuleType), name
+
+
 def test_cli_module_imports_no_torch():
     """--help stays instant because nothing heavy loads before a command runs."""
     code = "import sys; import selector_lens.cli; print('torch' in sys.modules, 'transformer_lens' in sys.modules)"

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import selector_lens as sl
-from selector_lens.logit_lens import lens_metrics, logit_lens
+from selector_lens.lens import lens_metrics, logit_lens
 from selector_lens.representations import representation_stats, variance_split
-from selector_lens.weight_trajectory import trajectory, weight_trajectory
+from selector_lens.trajectory import trajectory, weight_trajectory
 from tests.helpers import tiny
 
 

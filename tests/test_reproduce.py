@@ -111,7 +111,7 @@ def test_the_report_rebuilds_from_published_files_alone(report, tmp_path):
         sl.Run.open(pub / "runs" / name).task_data.to_json()
         == sl.Run.open(root / "runs" / name).task_data.to_json()
     )
-    from selector_lens.analyze import run_dashboard
+    from selector_lens.run_tables import run_dashboard
 
     page = run_dashboard(sl.Run.open(pub / "runs" / name), tmp_path / "run.html").read_text()
     assert "need the weights, which a published run leaves out" in page

@@ -31,11 +31,11 @@ _EXPORTS = {
     "normalized_logit_diff": "interventions.patching",
     "find_routing_head": "routing",
     "cascade": "routing",
-    "logit_lens": "logit_lens",
-    "weight_trajectory": "weight_trajectory",
+    "logit_lens": "lens",
+    "weight_trajectory": "trajectory",
     "representation_stats": "representations",
-    "analyze": "analyze",
-    "run_dashboard": "analyze",
+    "analyze": "run_tables",
+    "run_dashboard": "run_tables",
     "training_set_ablation": "interventions.ablation",
 }
 

@@ -93,7 +93,7 @@ def train(
         "session_wall_s": time.perf_counter() - t0,
     }
     if analyze:
-        from .analyze import analyze as run_analyze
+        from .run_tables import analyze as run_analyze
         from .runs import Run
 
         summary["analyze_s"] = run_analyze(Run.open(run.path, progress=not json_out))
@@ -292,7 +292,7 @@ def logit_lens_cmd(
 ):
     """The residual stream at the a1-predicting position through ln_final and the unembedding,
     after the embedding and every block: P(correct a1), top-1, entropy, candidate loss on a1."""
-    from .logit_lens import logit_lens
+    from .lens import logit_lens
 
     r = _open_run(run)
     df = logit_lens(r, r.select_steps(step=step, phase=phase, every=every))
@@ -321,7 +321,7 @@ def weights_cmd(
 ):
     """Total weight norm, displacement between consecutive checkpoints and the cosine between
     consecutive displacements (per weight matrix in --json)."""
-    from .weight_trajectory import weight_trajectory
+    from .trajectory import weight_trajectory
 
     r = _open_run(run)
     df = weight_trajectory(r, r.select_steps(every=every))
@@ -513,7 +513,7 @@ def analyze(
 ):
     """Compute and store (in the run's analyses/) what the dashboard and `cascade` read: the
     routing head, head ablations at pre / mid / post, patching, logit lens, attention explorer."""
-    from .analyze import analyze as run_analyze
+    from .run_tables import analyze as run_analyze
 
     r = _open_run(run)
     seconds = run_analyze(r, recompute=recompute)
@@ -544,7 +544,7 @@ def dashboard(
     """One self-contained HTML page telling a run's story (works offline, from disk)."""
     import time
 
-    from .analyze import run_dashboard
+    from .run_tables import run_dashboard
     from .viz.dashboard import sweep_dashboard
 
     t = time.perf_counter()

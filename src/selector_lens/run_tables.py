@@ -148,8 +148,8 @@ def gather(
     else:
         t.notes.append("activation patching: needs a bz_to_a run with K >= 2 and checkpoints")
     if run.steps:
-        from .logit_lens import logit_lens
-        from .weight_trajectory import weight_trajectory
+        from .lens import logit_lens
+        from .trajectory import weight_trajectory
 
         t0 = clock()
         t.weights = weight_trajectory(run)
