@@ -154,7 +154,9 @@ def _layout(es: EvalSet, max_rows: int, intervention) -> _Layout:
     shared = K > 1 and bool(
         (es.tokens[:, :split].view(-1, K, split) == es.tokens[::K, None, :split]).all()
     )
-    if intervention is not None and intervention.per_example:
+    if intervention is not None and getattr(
+        intervention, "per_example", True
+    ):  # unsaid: per example
         shared = False
     return _Layout(split, r, K if shared else 1, K * max(1, max_rows // (K * C * T)))
 
