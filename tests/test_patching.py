@@ -99,3 +99,27 @@ def test_bad_site_position_head(setup):
         sl.patch(model, corr.clean, corr.corrupt, "resid_pre", metric, positions=[16])
     with pytest.raises(sl.SelectorLensError, match="head out of range"):
         sl.patch(model, corr.clean, corr.corrupt, "z", metric, heads=[2])
+
+
+@pytest.mark.parametrize("site", ["resid_pre", "z"])
+def test_patch_series_skips_only_positions_that_cannot_matter(tmp_path, site):
+    """patch_series patches only z .. the a1-predicting position; every other position, which it
+    writes as 0 without a forward pass, equals 0 when patched for real."""
+    import numpy as np
+
+    from selector_lens.interventions.patching import normalized_logit_diff, patch, z_corruption
+    from tests.helpers import tiny
+
+    run = sl.train(tiny(steps=60, early_stop=False), out=tmp_path / "r")
+    table = sl.patch_series(run, site, [60], n_examples=12)
+    data = run.task_data
+    examples = np.sort(np.random.default_rng(0).choice(len(data.tokens), 12, replace=False))
+    corr = z_corruption(data, examples)
+    model = run.model_at(60)
+    full = patch(model, corr.clean, corr.corrupt, site, normalized_logit_diff(model, corr))
+    keys = ["layer", "pos", "head"] if site == "z" else ["layer", "pos"]
+    got = table.sort_values(keys).value.to_numpy().reshape(full.shape)
+    assert np.allclose(got, full.numpy(), atol=1e-5)
+    live = range(min(corr.z_positions), corr.pos + 1)
+    dead = [p for p in range(full.shape[1]) if p not in live]
+    assert np.abs(full[:, dead].numpy()).max() < 1e-5 and np.abs(got[:, list(live)]).max() > 0.01
