@@ -153,6 +153,27 @@ def _json(obj) -> None:
     print(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
 
+def _check_scale_and_executor(scale: str | None, executor: str) -> None:
+    from .presets import SCALES
+    from .sweep import EXECUTORS
+
+    if scale is not None and scale not in SCALES:
+        raise SelectorLensError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
+    if executor not in EXECUTORS:
+        raise SelectorLensError(
+            f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}"
+        )
+
+
+def _claims(title: str, summary: dict) -> None:
+    """A report's claims as a table: number, title, verdict."""
+    _table(
+        title,
+        ["#", "claim", "verdict"],
+        [[c["number"], c["title"], c["verdict"]] for c in summary["claims"]],
+    )
+
+
 def _table(title: str, columns: list[str], rows: list[list]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -750,15 +771,7 @@ def reproduce(
     json_out: JsonOpt = False,
 ):
     """Run (or reuse) every study and write one report: each claim, the paper's number, ours, a verdict."""
-    from .presets import SCALES
-    from .sweep import EXECUTORS
-
-    if scale is not None and scale not in SCALES:
-        raise SelectorLensError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
-    if executor not in EXECUTORS:
-        raise SelectorLensError(
-            f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}"
-        )
+    _check_scale_and_executor(scale, executor)
     if plan:
         from .plan import format_plan, plan as make_plan
 
@@ -785,10 +798,9 @@ def reproduce(
     if json_out:
         _json(summary)
         return
-    _table(
+    _claims(
         f"reproduce --scale {summary['scale']}: {summary['wall_s'] / 60:.1f} min; report {output}",
-        ["#", "claim", "verdict"],
-        [[c["number"], c["title"], c["verdict"]] for c in summary["claims"]],
+        summary,
     )
 
 
@@ -807,16 +819,9 @@ def study(
 ):
     """Run one study (what each analyses/ script runs): its runs into ROOT/runs/ (shared with
     `reproduce`), its JSON and HTML into ROOT/<study>/, its claims printed."""
-    from .presets import SCALES
     from .studies import run_study
-    from .sweep import EXECUTORS
 
-    if scale not in SCALES:
-        raise SelectorLensError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
-    if executor not in EXECUTORS:
-        raise SelectorLensError(
-            f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}"
-        )
+    _check_scale_and_executor(scale, executor)
     run_study(name, scale, root, executor, workers)
 
 
@@ -873,11 +878,7 @@ def publish(
         f"published {len(summary['published'])} runs ({len(summary['still_running'])} still running) into {out}: "
         f"{summary['size_mb']:.1f} MB"
     )
-    _table(
-        f"report {out / 'report.html'}",
-        ["#", "claim", "verdict"],
-        [[c["number"], c["title"], c["verdict"]] for c in summary["claims"]],
-    )
+    _claims(f"report {out / 'report.html'}", summary)
 
 
 @app.command(

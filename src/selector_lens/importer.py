@@ -145,8 +145,7 @@ def import_run(folder, out, progress: bool = False):
         raise SelectorLensError(f"{folder / 'config.yaml'} is not valid YAML ({e})") from None
     cfg = config_from_paper(raw)
     ckpts = _checkpoints(folder)
-    if out.exists() and any(out.iterdir()):
-        raise SelectorLensError(f"{out} exists and is not empty; choose another --out")
+    rundir.require_free(out)  # before the dataset is regenerated and checked
     data = cfg.task.generate()
     examples = folder / "examples.jsonl"
     if examples.is_file():

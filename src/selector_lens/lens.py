@@ -14,6 +14,18 @@ from jaxtyping import Float, Int
 from .errors import SelectorLensError
 
 
+def a1_resid_stack(
+    model, tokens: Int[torch.Tensor, "batch seq"], pos: int
+) -> Float[torch.Tensor, "layer batch d_model"]:
+    """The residual stream at position `pos` after the embedding and after every block
+    (TransformerLens's `accumulated_resid`): what the logit lens and the representation
+    statistics read."""
+    _, cache = model.run_with_cache(
+        tokens, names_filter=lambda n: n.endswith(("resid_pre", "resid_post"))
+    )
+    return cache.accumulated_resid(pos_slice=pos)
+
+
 def lens_metrics(
     logits: Float[torch.Tensor, "layer batch vocab"],
     correct: Int[torch.Tensor, " batch"],
@@ -79,10 +91,6 @@ def _lens_table(run, steps):
     firsts = es.candidates[:, :, 0]
     rows = []
     for step, model in run.series(steps):
-        _, cache = model.run_with_cache(
-            es.tokens, names_filter=lambda n: n.endswith(("resid_pre", "resid_post"))
-        )
-        stack = cache.accumulated_resid(pos_slice=pos)  # [L + 1, batch, d_model]
-        logits = model.unembed(model.ln_final(stack))
+        logits = model.unembed(model.ln_final(a1_resid_stack(model, es.tokens, pos)))
         rows += [{"step": step, **r} for r in lens_metrics(logits, correct, firsts)]
     return pd.DataFrame(rows)

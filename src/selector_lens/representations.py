@@ -57,16 +57,14 @@ def representation_stats(run, steps=None, recompute: bool = False):
 def _stats_table(run, steps):
     import pandas as pd
 
+    from .lens import a1_resid_stack
+
     task = run.config.task
     es = run.eval_set()  # group-major: example g * K + i
     pos = task.first_target_pos
     rows = []
     for step, model in run.series(steps):
-        _, cache = model.run_with_cache(
-            es.tokens, names_filter=lambda n: n.endswith(("resid_pre", "resid_post"))
-        )
-        stack = cache.accumulated_resid(pos_slice=pos)  # [L + 1, examples, d_model]
-        for layer, x in enumerate(stack):
+        for layer, x in enumerate(a1_resid_stack(model, es.tokens, pos)):
             within, between = variance_split(x.view(-1, task.k, x.shape[-1]))
             rows.append(
                 {

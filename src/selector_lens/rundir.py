@@ -39,11 +39,17 @@ def is_done(path) -> bool:
     return is_run(path) and status(path) in DONE
 
 
-def create(path, config: dict, version: str, data: dict, **extra) -> None:
-    """A new run: `ckpt/`, the exact dataset (`data.json`) and `run.json` with status running."""
+def require_free(path) -> None:
+    """One clear error when `path` holds something other than nothing (a run goes nowhere else)."""
     path = Path(path)
     if path.exists() and any(path.iterdir()):
         raise SelectorLensError(f"{path} exists and is not a run directory; choose another --out")
+
+
+def create(path, config: dict, version: str, data: dict, **extra) -> None:
+    """A new run: `ckpt/`, the exact dataset (`data.json`) and `run.json` with status running."""
+    path = Path(path)
+    require_free(path)
     (path / CKPT_DIR).mkdir(parents=True, exist_ok=True)
     write_json(path / DATA_JSON, data)
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

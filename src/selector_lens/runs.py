@@ -73,11 +73,7 @@ class Run:
 
     @property
     def status(self) -> str:
-        return self.info.get("status", "unknown")
-
-    @property
-    def is_done(self) -> bool:
-        return self.status in rundir.DONE
+        return rundir.status(self.path)
 
     def metric_rows(self) -> list[dict]:
         """Parsed lines of metrics.jsonl; a torn last line (killed mid-write) is skipped."""
