@@ -5,7 +5,7 @@ import torch
 
 import selector_lens as sl
 from selector_lens.interventions.ablation import head_ablation, resample_sources
-from selector_lens.metrics import make_eval_set
+from selector_lens.metrics import evaluate_branches, make_eval_set
 from tests.helpers import tiny
 
 MCFG = sl.ModelConfig(n_layers=2, n_heads=2, d_model=32, d_head=16, d_mlp=64)
@@ -134,6 +134,28 @@ def test_ablate_heads_over_a_run(trained):
     assert keep.ablated_loss.iloc[0] == pytest.approx(
         sl.evaluate(model, es, intervention=everything_else)["loss"], abs=1e-7
     )
+
+
+@pytest.mark.parametrize("keep_only", [False, True])
+@pytest.mark.parametrize("mode", ["mean", "resample"])
+def test_batched_ablation_sweep_equals_one_evaluation_per_head(trained, keep_only, mode):
+    """`ablate_each_head` shares the layers below each head's across the heads of its layer;
+    its numbers equal one full evaluation per head (necessity and sufficiency)."""
+    table = sl.ablate_each_head(trained, [60], mode, keep_only=keep_only, recompute=True)
+    model, es = trained.model_at(60), trained.eval_set()
+    every = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for _, row in table.iterrows():
+        head = (int(row["layer"]), int(row["head"]))
+        targets = [x for x in every if x != head] if keep_only else [head]
+        one = sl.evaluate(model, es, intervention=head_ablation(model, es, targets, mode))
+        for m in ("loss", "first_target_loss", "candidate_loss", "candidate_acc", "dz"):
+            assert row[f"ablated_{m}"] == pytest.approx(one[m], abs=1e-5), (head, m)
+
+
+def test_branches_must_start_inside_the_model(setup):
+    model, es = setup
+    with pytest.raises(sl.SelectorLensError, match="from_layer 2 out of range"):
+        evaluate_branches(model, es, [None], from_layer=2)
 
 
 def planted(run, keep: tuple[int, int], out):

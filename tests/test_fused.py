@@ -49,6 +49,23 @@ def test_cached_passes_and_shared_past_equal_the_full_forward():
     torch.testing.assert_close(got, oracle, atol=1e-5, rtol=1e-5)
 
 
+def test_start_and_stop_at_a_layer_equal_transformer_lens():
+    """The residual stream entering layer 2 equals TransformerLens's `stop_at_layer`, and running
+    on from it (with a past split the same way) gives the full forward's logits."""
+    model = trained_like(sl.ModelConfig(n_layers=3), 3)
+    x = TASK.generate().tokens[:6]
+    resid, kv = fused.forward(model, x[:, :8], stop_at_layer=2, keep_kv=True)
+    torch.testing.assert_close(resid, model(x[:, :8], stop_at_layer=2), atol=1e-5, rtol=1e-5)
+    assert len(kv) == 2
+    _, kv_top = fused.forward(model, resid, start_at_layer=2, keep_kv=True)
+    assert len(kv_top) == 1
+    rest = fused.forward(model, x[:, 8:], past=kv, stop_at_layer=2)
+    got = fused.forward(model, rest, past=kv_top, start_at_layer=2)
+    torch.testing.assert_close(got, model(x)[:, 8:], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="out of"):
+        fused.forward(model, x, stop_at_layer=4)
+
+
 def test_hooks_see_and_change_what_transformer_lens_hooks_do():
     model = trained_like(sl.ModelConfig(n_layers=2), 3)
     x = TASK.generate().tokens[:6]

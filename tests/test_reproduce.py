@@ -7,7 +7,7 @@ import pytest
 from pathlib import Path
 
 import selector_lens as sl
-from selector_lens import studies
+from selector_lens import studies, verdicts
 from selector_lens.presets import pool
 from selector_lens.publish import publish
 from selector_lens.studies import reproduce
@@ -38,21 +38,12 @@ def report(tmp_path_factory):
 
 def test_every_claim_has_paper_ours_verdict_and_settings(report):
     root, summary = report
-    assert [c["number"] for c in summary["claims"]] == [
-        1,
-        2,
-        3,
-        4,
-        5,
-        6,
-        7,
-        7,
-        8,
-    ]  # 7 twice: ours, parity
+    # 7 twice (ours, parity); 8 and one sub-claim per alternative mechanism
+    assert [c["number"] for c in summary["claims"]] == [1, 2, 3, 4, 5, 6, 7, 7] + [8] * 8
     for c in summary["claims"]:
         assert c["verdict"] in VERDICTS and c["paper"] and c["ours"] and c["settings"]
     page = (root / "report.html").read_text()
-    assert page.count("<tr>") == 10 and "Falsified alternatives" in page and "code (parity)" in page
+    assert page.count("<tr>") == 17 and "Falsified alternatives" in page and "code (parity)" in page
     assert json.loads((root / "report.json").read_text())["claims"] == summary["claims"]
 
 
@@ -71,6 +62,18 @@ def test_report_numbers_come_from_the_study_outputs(report):
     )
     asym = json.loads((root / "asymmetry" / "asymmetry.json").read_text())
     assert asym["definition"].endswith("0.95") and len(asym["per_seed"]) == 1
+    sharing = json.loads((root / "sharing" / "sharing.json").read_text())
+    assert [r["z_groups"] for r in sharing["runs"]] == [1, 4]
+    eight = [c for c in summary["claims"] if c["number"] == 8]
+    alt = json.loads((root / "alternatives" / "alternatives.json").read_text())
+    assert list(alt["sub_claims"].values()) == [c["verdict"] for c in eight[1:]]
+    assert eight[1]["title"].endswith("cancellation") and "τ at G = 1: " in eight[1]["ours"]
+    assert eight[0]["verdict"] == verdicts.falsified([c["verdict"] for c in eight[1:]])
+    runs = {r["run"]: r for r in alt["timescale"]["runs"]}
+    for name, r in runs.items():  # B / (η λ D) from each run's own config
+        cfg = sl.Run.open(root / "runs" / name).config
+        want = cfg.batch_size / (cfg.lr * cfg.weight_decay * cfg.task.n_examples)
+        assert r["adamw_timescale"] == pytest.approx(want)
 
 
 def test_a_second_reproduce_reuses_the_runs(report):

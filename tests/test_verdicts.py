@@ -151,19 +151,63 @@ def test_noise(parts, lr_n, batch_n, want):
 
 
 @pytest.mark.parametrize(
-    "c,n,slower,want",
+    "subs,want",
     [
-        (REPRODUCED, REPRODUCED, True, REPRODUCED),
-        (REPRODUCED, PARTLY, False, PARTLY),
-        (PARTLY, NO_RESULT, False, PARTLY),
-        (NOT_REPRODUCED, PARTLY, True, PARTLY),
-        (NOT_REPRODUCED, NOT_REPRODUCED, False, NOT_REPRODUCED),
-        (NO_RESULT, PARTLY, False, NO_RESULT),
-        (NOT_REPRODUCED, NO_RESULT, False, NO_RESULT),
+        ([REPRODUCED] * 7, REPRODUCED),
+        ([REPRODUCED] * 6 + [NO_RESULT], PARTLY),
+        ([REPRODUCED, NOT_REPRODUCED] + [NO_RESULT] * 5, PARTLY),
+        ([NOT_REPRODUCED, NOT_REPRODUCED] + [NO_RESULT] * 5, NOT_REPRODUCED),
+        ([NO_RESULT] * 7, NO_RESULT),
     ],
 )
-def test_falsified(c, n, slower, want):
-    assert v.falsified(c, n, slower) == want
+def test_falsified_from_its_sub_claims(subs, want):
+    assert v.falsified(subs) == want
+
+
+@pytest.mark.parametrize(
+    "gamma,ci,stuck,want",
+    [
+        (0.02, [-0.1, 0.15], False, REPRODUCED),
+        (0.9, [0.7, 1.1], False, NOT_REPRODUCED),
+        (0.4, [0.1, 0.7], False, PARTLY),
+        (0.1, None, False, PARTLY),
+        (0.8, None, False, NOT_REPRODUCED),
+        (None, None, False, NO_RESULT),
+        (0.02, [-0.1, 0.15], True, NOT_REPRODUCED),
+    ],
+)
+def test_cancellation(gamma, ci, stuck, want):
+    assert v.cancellation(gamma, ci, stuck) == want
+
+
+def test_the_other_alternatives_at_their_thresholds():
+    assert v.barrier_crossing(PARTLY, True) == REPRODUCED
+    assert v.barrier_crossing(PARTLY, False) == NOT_REPRODUCED
+    assert v.barrier_crossing(NO_RESULT, True) == NO_RESULT
+    assert v.incremental(PARTLY) == PARTLY
+    pre, mid = {"phase": "pre"}, {"phase": "mid"}
+    assert v.spinodal([{**pre, "lambda_min": -0.1}, {**mid, "lambda_min": -0.2}]) == REPRODUCED
+    assert v.spinodal([{**pre, "lambda_min": 0.0}, {**mid, "lambda_min": -0.2}]) == NOT_REPRODUCED
+    assert v.spinodal([{**pre, "lambda_min": -0.1}, {**mid, "lambda_min": 0.1}]) == PARTLY
+    assert v.spinodal([]) == NO_RESULT
+    assert [v.adamw_timescale(r, 5) for r in (-0.3, 0.0, 0.3)] == [
+        REPRODUCED,
+        PARTLY,
+        NOT_REPRODUCED,
+    ]
+    assert v.adamw_timescale(-0.9, 3) == NO_RESULT
+    assert [v.neural_collapse(r) for r in (1.0, 0.9, 0.8, None)] == [
+        REPRODUCED,
+        PARTLY,
+        NOT_REPRODUCED,
+        NO_RESULT,
+    ]
+    assert [v.weight_norm_peak(d) for d in (0.0199, 0.03, 0.051, None)] == [
+        REPRODUCED,
+        PARTLY,
+        NOT_REPRODUCED,
+        NO_RESULT,
+    ]
 
 
 @pytest.mark.parametrize(

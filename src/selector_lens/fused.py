@@ -33,6 +33,7 @@ NewKV = tuple[
     Float[Tensor, "new_rows head pos d_head"], Float[Tensor, "new_rows head pos d_head"]
 ]  # the new positions'
 Logits = Float[Tensor, "*models batch out_pos vocab"]
+Resid = Float[Tensor, "*models batch pos d_model"]  # the residual stream entering a layer
 
 ACTS = {
     "gelu": F.gelu,
@@ -98,20 +99,25 @@ def _norm(x: torch.Tensor, w, b, eps: float) -> torch.Tensor:
 
 def forward(
     models,
-    tokens: Int[Tensor, "*models batch pos"],
+    tokens: Int[Tensor, "*models batch pos"] | Resid,
     past: list[KV] | None = None,
     past_repeat: int = 1,
     fwd_hooks=(),
     positions: slice | None = None,
     keep_kv: bool = False,
-) -> Logits | tuple[Logits, list[NewKV]]:
+    start_at_layer: int = 0,
+    stop_at_layer: int | None = None,
+) -> Logits | Resid | tuple[Logits | Resid, list[NewKV]]:
     """Logits of `models` (one HookedTransformer, or a list of same-shape ones) on `tokens`.
 
-    tokens: no leading axis for one model, a `models` axis for a list. `past`: per layer, the
+    tokens: no leading axis for one model, a `models` axis for a list. `past`: per layer run, the
     keys and values of earlier positions (one model only); the new tokens follow them, and each
     past row serves `past_repeat` consecutive rows (K candidates share their prefix without
     copying it). `positions`: the positions to unembed (`out_pos`; default all). With `keep_kv`,
-    also the keys and values of the new positions, per layer ([models x batch] rows).
+    also the keys and values of the new positions, per layer run ([models x batch] rows).
+    As in TransformerLens, `start_at_layer` takes the residual stream entering that layer in
+    place of tokens, and `stop_at_layer` returns the residual stream entering that layer (every
+    position) in place of logits: runs that agree below a layer share those layers' work.
     """
     single = not isinstance(models, (list, tuple))
     models = [models] if single else list(models)
@@ -124,7 +130,7 @@ def forward(
                 "pass them as fwd_hooks (hook_z / hook_pattern) or remove them"
             )
     cfg = models[0].cfg
-    M, B, P = tokens.shape
+    M, B, P = tokens.shape[:3]
     H, dh, d = cfg.n_heads, cfg.d_head, cfg.d_model
     hooks = {}
     for name, fn in fwd_hooks:
@@ -132,6 +138,9 @@ def forward(
         if m is None or not single:
             raise ValueError(f"fused.forward does not support hook {name!r}")
         hooks.setdefault((int(m.group(1)), m.group(2)), []).append((name, fn))
+    stop = cfg.n_layers if stop_at_layer is None else stop_at_layer
+    if not 0 <= start_at_layer <= stop <= cfg.n_layers:
+        raise ValueError(f"layers {start_at_layer}..{stop} out of 0..{cfg.n_layers}")
     offset = 0 if past is None else past[0][0].shape[2]
     if past is not None and (not single or B != past[0][0].shape[0] * past_repeat):
         raise ValueError(
@@ -140,15 +149,18 @@ def forward(
     ln = cfg.normalization_type == "LN"
     act = ACTS[cfg.act_fn]
 
-    W_E = _stack(models, lambda m: m.embed.W_E)
-    x = (
-        torch.stack([F.embedding(tokens[i], W_E[i]) for i in range(M)])
-        if M > 1
-        else F.embedding(tokens, W_E[0])
-    )
-    x = x + _stack(models, lambda m: m.pos_embed.W_pos[offset : offset + P]).unsqueeze(1)
+    if start_at_layer > 0:
+        x = tokens
+    else:
+        W_E = _stack(models, lambda m: m.embed.W_E)
+        x = (
+            torch.stack([F.embedding(tokens[i], W_E[i]) for i in range(M)])
+            if M > 1
+            else F.embedding(tokens, W_E[0])
+        )
+        x = x + _stack(models, lambda m: m.pos_embed.W_pos[offset : offset + P]).unsqueeze(1)
     kv = []
-    for layer in range(cfg.n_layers):
+    for layer in range(start_at_layer, stop):
         blk = [m.blocks[layer] for m in models]
         a = [b.attn for b in blk]
         w1 = _stack(blk, lambda b: b.ln1.w) if ln else None
@@ -169,7 +181,7 @@ def forward(
             q,
             k,
             v,
-            None if past is None else past[layer],
+            None if past is None else past[layer - start_at_layer],
             past_repeat,
             hooks.get((layer, "pattern")),
             layer,
@@ -187,6 +199,9 @@ def forward(
         mlp = [b.mlp for b in blk]
         h = act(_linear(h, _stack(mlp, lambda t: t.W_in), _stack(mlp, lambda t: t.b_in)))
         x = x + _linear(h, _stack(mlp, lambda t: t.W_out), _stack(mlp, lambda t: t.b_out))
+    if stop < cfg.n_layers:
+        x = x[0] if single else x
+        return (x, kv) if keep_kv else x
     if positions is not None:
         x = x[:, :, positions]
     wf = _stack(models, lambda m: m.ln_final.w) if ln else None

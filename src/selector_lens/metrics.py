@@ -24,6 +24,10 @@ from .task_data import TaskData
 # 100 groups (1,000 examples at K=10): exact scoring of all K candidates costs ~0.15 of the
 # FLOPs of the 50 training steps between evals; 200 groups would cost 0.30 (benchmarks/).
 DEFAULT_EVAL_GROUPS = 100
+# Candidate tokens per chunk. At d_mlp = 512 a chunk's largest activation is then 16 MB, under
+# glibc's 32 MB ceiling for serving freed memory again: at 16384 every chunk's activations were
+# fresh pages, faulted in on first write (an evaluation of the K=10 paper run: 0.56 -> 0.46 s).
+MAX_ROWS = 8192
 
 
 @dataclass
@@ -146,7 +150,7 @@ class _Layout:
     chunk: int
 
 
-def _layout(es: EvalSet, max_rows: int, intervention) -> _Layout:
+def _layout(es: EvalSet, max_rows: int, interventions) -> _Layout:
     task, K = es.task, es.task.k
     S, T, C = task.source_length, task.target_length, es.candidates.shape[1]
     split = min(task.z_positions) if es.deranged is not None else S - 1
@@ -154,25 +158,42 @@ def _layout(es: EvalSet, max_rows: int, intervention) -> _Layout:
     shared = K > 1 and bool(
         (es.tokens[:, :split].view(-1, K, split) == es.tokens[::K, None, :split]).all()
     )
-    if intervention is not None and getattr(
-        intervention, "per_example", True
-    ):  # unsaid: per example
-        shared = False
+    if any(getattr(i, "per_example", True) for i in interventions if i is not None):
+        shared = False  # an intervention that does not say is taken to act per example
     return _Layout(split, r, K if shared else 1, K * max(1, max_rows // (K * C * T)))
 
 
 @torch.inference_mode()
 def evaluate(
-    model, es: EvalSet, max_rows: int = 16384, intervention: Intervention | None = None
+    model, es: EvalSet, max_rows: int = MAX_ROWS, intervention: Intervention | None = None
 ) -> EvalRow:
     """All per-eval metrics of docs/science.md section 3 on `es`; undefined ones are None.
 
     Per chunk of whole groups, three cached passes through `fused.forward` (equal to the
     HookedTransformer): the positions before z, once per group (`_layout`); the rest of each
-    example's clean and z-deranged prefix (`_prefix`); then every candidate's target tokens on
-    its example's clean prefix (`_candidates`). `max_rows` bounds the candidate tokens per chunk.
+    example's clean and z-deranged prefix; then every candidate's target tokens on its
+    example's clean prefix (`_passes`). `max_rows` bounds the candidate tokens per chunk.
     `intervention` (an `Intervention`, e.g. a head ablation) supplies TransformerLens hooks for
     each pass; the first pass runs per group only if it says `per_example` is False.
+    """
+    return evaluate_branches(model, es, [intervention], max_rows=max_rows)[0]
+
+
+@torch.inference_mode()
+def evaluate_branches(
+    model,
+    es: EvalSet,
+    interventions: list[Intervention | None],
+    from_layer: int = 0,
+    trunk: Intervention | None = None,
+    max_rows: int = MAX_ROWS,
+) -> list[EvalRow]:
+    """`evaluate` under each of `interventions`, sharing the layers below `from_layer`.
+
+    Every intervention must act on the layers below `from_layer` exactly as `trunk` does (None:
+    not at all). Those layers then run once per chunk, for all of them (the trunk: its three
+    passes' residual streams entering `from_layer` and its keys and values below it); each
+    intervention runs only the layers from `from_layer` on. Equal to one `evaluate` each.
     """
     from . import fused
 
@@ -180,16 +201,54 @@ def evaluate(
         raise SelectorLensError(
             "evaluate needs a model built from a ModelConfig (pre-LN or no norm, standard positions)"
         )
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    if not 0 <= from_layer < L:
+        raise SelectorLensError(f"from_layer {from_layer} out of range: layers 0..{L - 1}")
     task, N, T = es.task, len(es.tokens), es.task.target_length
-    lay = _layout(es, max_rows, intervention)
-    tot = dict(loss=0.0, first=0.0, first_deranged=0.0, cand=0.0, cand_ok=0, tok_ok=0)
-    attn = torch.zeros(model.cfg.n_layers, model.cfg.n_heads, dtype=torch.float64)
-    group_correct = torch.zeros(len(es.groups), dtype=torch.long)
+    lay = _layout(es, max_rows, [trunk, *interventions])
+    tots = [_Totals.start(L, H, len(es.groups)) for _ in interventions]
+    trunk_attn = torch.zeros(L, H, dtype=torch.float64)
     for lo in range(0, N, lay.chunk):
         ex = torch.arange(lo, min(N, lo + lay.chunk))
-        first_logp, deranged_logp, prefix_kv = _prefix(model, es, ex, lay, intervention, attn)
-        tok_logp, rest_logp = _candidates(model, es, ex, prefix_kv, first_logp, intervention)
-        rows, correct, cand = torch.arange(len(ex)), es.correct[ex], es.candidates[ex]
+        inputs = _pass_tokens(es, ex, lay)
+        if from_layer > 0:
+            inputs = _passes(model, es, ex, lay, trunk, trunk_attn, inputs, 0, from_layer)
+        for tot, intervention in zip(tots, interventions):
+            logits = _passes(model, es, ex, lay, intervention, tot.attn, inputs, from_layer, L)
+            tot.add(es, ex, *logits)
+    return [tot.row(task, N, T, trunk_attn, es.deranged is not None) for tot in tots]
+
+
+@dataclass
+class _Totals:
+    """Running sums of one evaluation over its chunks."""
+
+    sums: dict
+    attn: Tensor  # [layer, head]: attention to z from the a1-predicting position, summed
+    group_correct: Tensor
+
+    @classmethod
+    def start(cls, n_layers: int, n_heads: int, n_groups: int) -> "_Totals":
+        sums = dict(loss=0.0, first=0.0, first_deranged=0.0, cand=0.0, cand_ok=0, tok_ok=0)
+        attn = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+        return cls(sums, attn, torch.zeros(n_groups, dtype=torch.long))
+
+    def add(self, es: EvalSet, ex, prefix_logits, candidate_logits) -> None:
+        """Add examples `ex`, from the logits of the last two passes."""
+        tot, r, T = self.sums, 2 if es.deranged is not None else 1, es.task.target_length
+        logp = prefix_logits[:, -1].float().log_softmax(-1).cpu()
+        first_logp, deranged_logp = logp[::r], (logp[1::r] if r == 2 else None)
+        cand = es.candidates[ex]  # [n, C, T + 1]
+        n, C = cand.shape[:2]
+        rest_logp = candidate_logits.float().log_softmax(-1).cpu().reshape(n, C, T, -1)
+        tok_logp = torch.cat(  # teacher-forced log-prob of each candidate token [n, C, T + 1]
+            [
+                first_logp.gather(-1, cand[:, :, 0]).unsqueeze(-1),
+                rest_logp.gather(-1, cand[:, :, 1:].unsqueeze(-1)).squeeze(-1),
+            ],
+            dim=-1,
+        )
+        rows, correct = torch.arange(n), es.correct[ex]
         true, true_logp = cand[rows, correct], tok_logp[rows, correct]  # [n, T + 1] each
         tot["loss"] -= true_logp.sum().item()
         tot["first"] -= true_logp[:, 0].sum().item()
@@ -199,69 +258,82 @@ def evaluate(
         tot["tok_ok"] += (greedy == true).sum().item()
         if deranged_logp is not None:
             tot["first_deranged"] -= deranged_logp.gather(-1, true[:, :1]).sum().item()
-        if task.has_candidates:
+        if es.task.has_candidates:
             scores = tok_logp.sum(-1)  # [n, C]: each candidate's sequence log-probability
             tot["cand"] -= scores.log_softmax(-1)[rows, correct].sum().item()
             ok = scores.argmax(-1) == correct
             tot["cand_ok"] += ok.sum().item()
-            group_correct.index_add_(0, es.group_pos[ex], ok.long())
+            self.group_correct.index_add_(0, es.group_pos[ex], ok.long())
 
-    out: EvalRow = {
-        "loss": tot["loss"] / (N * (T + 1)),
-        "first_target_loss": tot["first"] / N,
-        "token_acc": tot["tok_ok"] / (N * (T + 1)),
-        "candidate_loss": tot["cand"] / N if task.has_candidates else None,
-        "candidate_acc": tot["cand_ok"] / N if task.has_candidates else None,
-        "dz": tot["first_deranged"] / N - tot["first"] / N if es.deranged is not None else None,
-        "attn_to_z": (attn / N).tolist() if task.z_positions else None,
-        "group_correct": group_correct.tolist() if task.has_candidates else None,
-    }
-    return out
+    def row(self, task: SelectorTask, N: int, T: int, trunk_attn, has_dz: bool) -> EvalRow:
+        tot, attn = self.sums, self.attn + trunk_attn
+        out: EvalRow = {
+            "loss": tot["loss"] / (N * (T + 1)),
+            "first_target_loss": tot["first"] / N,
+            "token_acc": tot["tok_ok"] / (N * (T + 1)),
+            "candidate_loss": tot["cand"] / N if task.has_candidates else None,
+            "candidate_acc": tot["cand_ok"] / N if task.has_candidates else None,
+            "dz": tot["first_deranged"] / N - tot["first"] / N if has_dz else None,
+            "attn_to_z": (attn / N).tolist() if task.z_positions else None,
+            "group_correct": self.group_correct.tolist() if task.has_candidates else None,
+        }
+        return out
 
 
 def _hooks(intervention, rows, offset: int) -> list:
     return intervention.hooks(rows, offset) if intervention is not None else []
 
 
-def _prefix(model, es: EvalSet, ex, lay: _Layout, intervention, attn):
-    """The first two passes over examples `ex`: log-probs of the first target token after the
-    clean and the z-deranged prefix ([n, vocab] each; None without z), the clean prefix's keys
-    and values per layer (one row per example), and the a1 position's attention to z added
-    into `attn` [layer, head]."""
+def _pass_tokens(es: EvalSet, ex, lay: _Layout) -> tuple[Tensor, Tensor, Tensor]:
+    """The three passes' tokens for examples `ex`: the shared positions (one row per group, or
+    per example), the rest of each prefix (clean and z-deranged rows interleaved: example i at
+    rows 2i, 2i + 1), and every candidate's target tokens ([n x C] rows)."""
+    S, T, n = es.task.source_length, es.task.target_length, len(ex)
+    first = es.tokens[ex[:: lay.per_group], : lay.split]
+    rest = es.tokens[ex, lay.split : S]
+    if lay.r == 2:
+        rest = torch.stack([rest, es.deranged[ex, lay.split :]], 1).reshape(2 * n, S - lay.split)
+    cand = es.candidates[ex]
+    return first, rest, cand[:, :, :T].reshape(-1, T)
+
+
+def _passes(model, es: EvalSet, ex, lay: _Layout, intervention, attn, inputs, start, stop):
+    """The three passes over examples `ex` through layers [start, stop), on `inputs` (their
+    tokens when start is 0, else their residual streams entering `start`). The a1 position's
+    attention to z in these layers is added into `attn` [layer, head]. Returns the passes'
+    residual streams entering `stop`, or, at the last layer, the logits of the prefix's last
+    position (one row per prefix row) and of every candidate token ([n x C] rows)."""
     from . import fused
 
     device, S, zpos = next(model.parameters()).device, es.task.source_length, es.task.z_positions
-    split, r, n = lay.split, lay.r, len(ex)
+    r, C = lay.r, es.candidates.shape[1]
+    run = dict(start_at_layer=start, stop_at_layer=stop)
     heads_of = ex[:: lay.per_group]  # one row per group, or per example
-    _, kv0 = fused.forward(
+    out0, kv0 = fused.forward(
         model,
-        es.tokens[heads_of, :split].to(device),
+        inputs[0].to(device),
         fwd_hooks=_hooks(intervention, heads_of, 0),
         positions=slice(0, 0),
         keep_kv=True,
+        **run,
     )
-    rest = es.tokens[ex, split:S]
-    if r == 2:  # clean and deranged rows interleaved: example i at rows 2i, 2i + 1
-        rest = torch.stack([rest, es.deranged[ex, split:]], 1).reshape(2 * n, S - split)
-    hooks = _hooks(intervention, ex.repeat_interleave(r), split)
+    hooks = _hooks(intervention, ex.repeat_interleave(r), lay.split)
     if zpos:
 
         def grab(pattern, hook):
             attn[hook.layer()] += pattern[::r, :, -1, zpos].sum((0, 2)).double().cpu()
 
-        hooks += [
-            (f"blocks.{layer}.attn.hook_pattern", grab) for layer in range(model.cfg.n_layers)
-        ]
-    logits, kv1 = fused.forward(
+        hooks += [(f"blocks.{layer}.attn.hook_pattern", grab) for layer in range(start, stop)]
+    out1, kv1 = fused.forward(
         model,
-        rest.to(device),
+        inputs[1].to(device),
         past=kv0,
         past_repeat=lay.per_group * r,
         fwd_hooks=hooks,
         positions=slice(-1, None),
         keep_kv=True,
+        **run,
     )
-    logp = logits[:, -1].float().log_softmax(-1).cpu()
     prefix_kv = [  # the shared positions repeated per example, then the example's clean rows
         (
             torch.cat([k0.repeat_interleave(lay.per_group, 0), k1[::r]], 2),
@@ -269,31 +341,12 @@ def _prefix(model, es: EvalSet, ex, lay: _Layout, intervention, attn):
         )
         for (k0, v0), (k1, v1) in zip(kv0, kv1)
     ]
-    return logp[::r], (logp[1::r] if r == 2 else None), prefix_kv
-
-
-def _candidates(model, es: EvalSet, ex, prefix_kv, first_logp, intervention):
-    """The third pass: every candidate's target tokens on its example's clean prefix. Returns the
-    teacher-forced log-prob of each candidate token [n, C, T + 1] and the log-probs after each
-    target token [n, C, T, vocab]."""
-    from . import fused
-
-    device, S, T = next(model.parameters()).device, es.task.source_length, es.task.target_length
-    cand = es.candidates[ex]  # [n, C, T + 1]
-    n, C = cand.shape[:2]
-    logits = fused.forward(
+    out2 = fused.forward(
         model,
-        cand[:, :, :T].reshape(n * C, T).to(device),
+        inputs[2].to(device),
         past=prefix_kv,
         past_repeat=C,
         fwd_hooks=_hooks(intervention, ex.repeat_interleave(C), S),
+        **run,
     )
-    rest = logits.float().log_softmax(-1).cpu().reshape(n, C, T, -1)
-    tok_logp = torch.cat(
-        [
-            first_logp.gather(-1, cand[:, :, 0]).unsqueeze(-1),
-            rest.gather(-1, cand[:, :, 1:].unsqueeze(-1)).squeeze(-1),
-        ],
-        dim=-1,
-    )
-    return tok_logp, rest
+    return (out0, out1, out2) if stop < model.cfg.n_layers else (out1, out2)

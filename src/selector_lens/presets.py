@@ -176,6 +176,40 @@ PRESETS = {
             "grid": {"seed": [1]},
         },
     },
+    # claim 8, gradient cancellation: G super-groups of bases, each with its own K selectors
+    # (z_groups); G = 1 is the baseline. Cancellation across the groups sharing a z predicts τ
+    # about linear in G; the paper measures an exponent of ~0.02.
+    "sharing": {
+        "cpu": {
+            "base": {
+                "k": 5,
+                "n_bases": 200,
+                "steps": 4000,
+                "eval_every": 20,
+                "ckpt_every": 500,
+                "eval_groups": "50",
+                "seed": 42,
+            },  # G = 1 is the scaling study's K = 5, D = 1,000 run
+            "grid": {"z_groups": [1, 4, 20, 100]},
+        },
+        "paper": {
+            "base": {"k": 10, "n_bases": 1000, "seed": 42},
+            "grid": {"z_groups": [1, 4, 20, 100]},
+        },
+        "tiny": {
+            "base": {
+                "k": 3,
+                "n_bases": 12,
+                "steps": 60,
+                "eval_every": 10,
+                "ckpt_every": 60,
+                "lr": 3e-3,
+                "batch_size": 16,
+                **TINY_MODEL,
+            },
+            "grid": {"z_groups": [1, 4]},
+        },
+    },
 }
 
 # Hessian settings (claim 5): on the seeds study's first run at its phases, and (paper) on the
@@ -222,6 +256,8 @@ PAPER_CUTS = [
     "128; every 12,800 examples at other batch sizes) where the expected τ exceeds 3,000 steps",
     "step budget: 3x the run's expected τ at lr 1e-3 (the estimate from D^1.19), at least 3,000; "
     "a run that never escapes within it is reported as 'no escape within N steps'",
+    "gradient cancellation (claim 8): τ at G = 1, 4, 20, 100 super-groups of the K = 10 baseline, one "
+    "seed",
     "Hessian: 2,048-example subsample (the paper's batch), 20 power and 30 Lanczos iterations, at "
     "pre / mid / post of seed 42 and of K = 20; also 512 and all 10,000 examples at seed 42's mid",
 ]

@@ -55,17 +55,36 @@ def trajectory(states) -> list[dict]:
     return rows
 
 
-def weight_trajectory(run, steps=None):
-    """`trajectory` over a run's checkpoints (default: all), as a DataFrame."""
-    import pandas as pd
+TRAJECTORY_VERSION = "1"  # bump when the numbers change: stored tables are then recomputed
 
-    from .model import build_model
+
+def weight_trajectory(run, steps=None, recompute: bool = False):
+    """`trajectory` over a run's checkpoints (default: all), as a DataFrame. Kept in the run's
+    analysis store (a step's displacement depends on the steps before it, so the key holds them
+    all); `recompute=True` bypasses it."""
+    from .store import per_step
 
     steps = run.steps if steps is None else sorted(steps)
     if not steps:
         raise SelectorLensError(f"{run.path} has no checkpoints yet")
     for step in steps:
         run.check_step(step)
+    return per_step(
+        run,
+        "weights",
+        TRAJECTORY_VERSION,
+        {"steps": steps},
+        steps,
+        lambda todo: _weight_table(run, steps),
+        recompute,
+    )
+
+
+def _weight_table(run, steps):
+    import pandas as pd
+
+    from .model import build_model
+
     cfg = run.config
     names = [n for n, _ in build_model(cfg.model, cfg.task, cfg.seed).named_parameters()]
     return pd.DataFrame(trajectory((s, _state(run, s, names)) for s in steps))

@@ -116,19 +116,96 @@ def noise(subclaims: dict[str, bool], lr_escaped: int, batch_escaped: int) -> st
     return _of(list(subclaims.values()))
 
 
-def falsified(collective_verdict: str, noise_verdict: str, more_noise_slows: bool) -> str:
-    """Claim 8 from claims 3 and 4: incremental coverage is ruled out when claim 3 is reproduced
-    (argued against when partly); noise-driven barrier crossing is ruled out when the highest lr
-    escapes later than lr 1e-3 or never. Both: reproduced; either (or claim 3 partly): partly;
-    no evidence either way while a claim has no result: no result."""
-    against_incremental = collective_verdict in (REPRODUCED, PARTLY)
-    if NO_RESULT in (collective_verdict, noise_verdict) and not (
-        against_incremental or more_noise_slows
-    ):
+# --- claim 8: the seven alternatives the paper rules out, each a sub-claim ----------------------
+# "reproduced" means our measurement rules the alternative out too.
+
+
+def cancellation(gamma: float | None, ci: list | None, slower_never_escapes: bool) -> str:
+    """Gradient cancellation across the groups sharing a z predicts τ about linear in the number
+    of super-groups G (τ ∝ G^γ, γ ~ 1; the paper: γ ~ 0.02). γ's interval below 0.5: reproduced;
+    above 0.5, or a run with more groups never escaping while G = 1 does: not reproduced; else
+    (an interval across 0.5, or two points) partly. No fit: no result."""
+    if slower_never_escapes:
+        return NOT_REPRODUCED
+    if gamma is None:
         return NO_RESULT
-    if collective_verdict == REPRODUCED and more_noise_slows:
+    if ci is None:
+        return PARTLY if gamma < 0.5 else NOT_REPRODUCED
+    lo, hi = ci
+    return REPRODUCED if hi < 0.5 else NOT_REPRODUCED if lo > 0.5 else PARTLY
+
+
+def barrier_crossing(noise_verdict: str, more_noise_slows: bool) -> str:
+    """Noise-driven barrier crossing (Kramers) predicts more noise escapes sooner. The highest lr
+    escaping later than lr 1e-3, or never: reproduced; otherwise not reproduced. Claim 4 without
+    a result: no result."""
+    if noise_verdict == NO_RESULT:
+        return NO_RESULT
+    return REPRODUCED if more_noise_slows else NOT_REPRODUCED
+
+
+def incremental(collective_verdict: str) -> str:
+    """Incremental group-by-group coverage is ruled out as far as claim 3 (collective
+    transition) holds: its verdict, unchanged."""
+    return collective_verdict
+
+
+def spinodal(plateau: list[dict]) -> str:
+    """A spinodal (a minimum that turns unstable) predicts λmin >= 0 early on the plateau, turning
+    negative near τ. λmin < 0 at every plateau checkpoint (pre and mid): reproduced; λmin >= 0 at
+    every pre and < 0 at a mid: not reproduced; else partly. No plateau checkpoint: no result."""
+    if not plateau:
+        return NO_RESULT
+    if all(r["lambda_min"] < 0 for r in plateau):
         return REPRODUCED
-    return PARTLY if against_incremental or more_noise_slows else NOT_REPRODUCED
+    pre = [r for r in plateau if r["phase"] == "pre"]
+    mid = [r for r in plateau if r["phase"] == "mid"]
+    if pre and all(r["lambda_min"] >= 0 for r in pre) and any(r["lambda_min"] < 0 for r in mid):
+        return NOT_REPRODUCED
+    return PARTLY
+
+
+def adamw_timescale(rho: float | None, n: int) -> str:
+    """If weight decay set the plateau, τ would grow with AdamW's timescale B / (η λ D) across the
+    sweeps' runs (the paper: anti-correlated). Spearman ρ <= -0.3: reproduced; >= 0.3: not
+    reproduced; between: partly. Fewer than 4 transitioned runs: no result."""
+    if rho is None or n < 4:
+        return NO_RESULT
+    return REPRODUCED if rho <= -0.3 else NOT_REPRODUCED if rho >= 0.3 else PARTLY
+
+
+def neural_collapse(within_ratio: float | None) -> str:
+    """Collapse onto the marginal predicts the within-base variance of the last layer's
+    a1-predicting residual shrinking across the transition (the paper: up 1.15x at K = 20).
+    Post / pre ratio >= 1: reproduced; <= 0.8: not reproduced; between: partly. No run with
+    both phases: no result."""
+    if within_ratio is None:
+        return NO_RESULT
+    return REPRODUCED if within_ratio >= 1 else NOT_REPRODUCED if within_ratio <= 0.8 else PARTLY
+
+
+def weight_norm_peak(drawdown: float | None) -> str:
+    """A deep-grokking style mechanism predicts the total weight norm peaking, then falling, around
+    the transition (the paper: it grows monotonically). Its largest fall below its running
+    maximum, as a fraction of it: under 2%: reproduced; over 5%: not reproduced; between:
+    partly. No trajectory: no result."""
+    if drawdown is None:
+        return NO_RESULT
+    return REPRODUCED if drawdown < 0.02 else NOT_REPRODUCED if drawdown > 0.05 else PARTLY
+
+
+def falsified(sub_verdicts: list[str]) -> str:
+    """Claim 8 from its sub-claims (one per alternative): every one reproduced: reproduced; none
+    measured: no result; every measured one not reproduced: not reproduced; else partly (some
+    ruled out, or some not measured yet)."""
+    measured = [v for v in sub_verdicts if v != NO_RESULT]
+    if not measured:
+        return NO_RESULT
+    if len(measured) == len(sub_verdicts) and all(v == REPRODUCED for v in measured):
+        return REPRODUCED
+    if all(v == NOT_REPRODUCED for v in measured):
+        return NOT_REPRODUCED
+    return PARTLY
 
 
 def asymmetry(mean_ratio: float | None) -> str:

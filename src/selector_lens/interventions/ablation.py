@@ -206,10 +206,13 @@ def _stored_table(run, head_sets, mode, steps, keep_only, seed, recompute):
 
 def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
     """One row per step x head set. Each checkpoint is loaded once and every head's mean /
-    resample source comes from one clean pass; each head set then costs one evaluation."""
+    resample source comes from one clean pass. Head sets are batched by their lowest layer l:
+    below l they all act alike (clean for necessity; every head ablated for `keep_only`), so
+    those layers run once per checkpoint for the batch, and each set runs only layers l on
+    (`metrics.evaluate_branches`; equal to one evaluation per set)."""
     import pandas as pd
 
-    from ..metrics import evaluate
+    from ..metrics import evaluate, evaluate_branches
 
     series = run.series(run.steps if steps is None else list(steps))
     model = series.model
@@ -217,16 +220,35 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
     if not all(head_sets):
         raise SelectorLensError("no heads to ablate")
     every = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+    batches = defaultdict(list)  # lowest layer -> indices of the head sets
+    for i, heads in enumerate(head_sets):
+        batches[min(layer for layer, _ in heads)].append(i)
     es = run.eval_set()
     stored = {r["step"]: r for r in run.metric_rows()}
     rows = []
     for step, model in series:
         clean = stored.get(step) or evaluate(model, es)
         sources = head_ablation(model, es, every, mode, seed).values
-        for heads in head_sets:
-            targets = [x for x in every if x not in heads] if keep_only else heads
-            abl = HeadAblation(targets, mode, {t: sources[t] for t in targets if t in sources})
-            ablated = evaluate(model, es, intervention=abl)
+
+        def ablation(targets):
+            return HeadAblation(targets, mode, {t: sources[t] for t in targets if t in sources})
+
+        ablated = {}
+        for layer, members in batches.items():
+            below = [(l, h) for l, h in every if l < layer] if keep_only else []
+            targets = [
+                [x for x in every if x not in head_sets[i]] if keep_only else head_sets[i]
+                for i in members
+            ]
+            results = evaluate_branches(
+                model,
+                es,
+                [ablation(t) for t in targets],
+                from_layer=layer,
+                trunk=ablation(below) if below else None,
+            )
+            ablated.update(zip(members, results))
+        for i, heads in enumerate(head_sets):
             row = {
                 "step": step,
                 "heads": "+".join(head_label(*h) for h in heads),
@@ -236,7 +258,7 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
             if len(heads) == 1:
                 row["layer"], row["head"] = heads[0]
             for m in METRICS:
-                c, a = clean.get(m), ablated.get(m)
+                c, a = clean.get(m), ablated[i].get(m)
                 row[f"clean_{m}"], row[f"ablated_{m}"] = c, a
                 row[f"delta_{m}"] = None if c is None or a is None else a - c
             rows.append(row)

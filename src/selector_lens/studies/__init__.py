@@ -8,10 +8,12 @@ figures, and one `Claim` row per claim it tests (paper, ours, verdict, settings)
 and `tiny` (the test suite's seconds-long version; its verdicts mean nothing).
 
 The `seeds` study (several seeds of one config) feeds claims 1 (marginal first), 3 (collective
-transition), 5 (loss geometry, on its first seed) and 7 (cascade).
+transition), 5 (loss geometry, on its first seed) and 7 (cascade). Claim 8 (`alternatives`) has
+one sub-claim per alternative mechanism: gradient cancellation from its own runs (`sharing`),
+the others from claims 3, 4 and 5, the sweeps' runs and the first seed's instruments.
 
 Layout: `base` (Setup: where the runs live; Claim, Study; the claims' paper texts), `seeds`,
-`paper_code` and `sweeps` (each study measures its table and writes its sentence), `report`
+`paper_code`, `sweeps` and `alternatives` (each study measures its table and writes its sentence), `report`
 (`reproduce`, `run_study`). Each verdict rule is a pure function in `selector_lens.verdicts`; each
 study's figure is drawn from its table in `viz.study_figures`; the page is `viz.report`.
 """
@@ -21,7 +23,8 @@ from .base import CLAIMS, SOLVED_TOKEN_ACC, Claim, Setup, Study, geometry_runs, 
 from .paper_code import PAPER_HEAD_TABLE, PARITY_STEPS, parity_study
 from .report import SEED_STUDIES, STUDY_CLAIM, STUDY_FUNCS, reproduce, run_study
 from .seeds import cascade_study, collective, geometry, marginal_first
-from .sweeps import asymmetry, falsified, noise, scaling
+from .alternatives import alternatives, sharing
+from .sweeps import asymmetry, noise, scaling
 
 __all__ = [
     "CLAIMS",
@@ -35,10 +38,10 @@ __all__ = [
     "Claim",
     "Setup",
     "Study",
+    "alternatives",
     "asymmetry",
     "cascade_study",
     "collective",
-    "falsified",
     "geometry",
     "geometry_runs",
     "marginal_first",
@@ -49,4 +52,5 @@ __all__ = [
     "run_study",
     "scaling",
     "seed_runs",
+    "sharing",
 ]

@@ -128,6 +128,11 @@ CLAIMS = {
         "leads the drop by ~0.5 τ; ablating the head after the transition costs several nats (paper "
         "+0.02 / +1.4 / +3.7 at pre/mid/post); no single head suffices",
     ),
+    8: (
+        "Falsified alternatives",
+        "seven alternative mechanisms are ruled out (gradient cancellation, barrier crossing, "
+        "incremental coverage, spinodal, AdamW timescale, neural collapse, weight-norm peak)",
+    ),
 }
 
 

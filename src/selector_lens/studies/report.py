@@ -13,7 +13,8 @@ from ..presets import study_runs
 from .base import Setup, pending
 from .seeds import cascade_study, collective, geometry, marginal_first
 from .paper_code import parity_study
-from .sweeps import asymmetry, falsified, noise, scaling
+from .alternatives import alternatives, sharing
+from .sweeps import asymmetry, noise, scaling
 from .base import geometry_runs, seed_runs
 
 
@@ -110,10 +111,11 @@ def reproduce(
     timed("scaling", scaling, setup)
     timed("noise", noise, setup)
     timed("asymmetry", asymmetry, setup)
+    timed("sharing", sharing, setup)
+    timed("alternatives", alternatives, setup, studies, runs)
     wall = time.perf_counter() - t0
-    claims = [c for s in studies.values() for c in s.claims] + [
-        falsified(studies["collective"], studies["noise"])
-    ]
+    shown = [n for n in studies if n != "sharing"]  # its claim and figure are claim 8's
+    claims = [c for n in shown for c in studies[n].claims]
     claims.sort(key=lambda c: c.number)
     summary = {
         "scale": scale,
@@ -134,13 +136,14 @@ def reproduce(
         "asymmetry",
         "cascade",
         "parity",
+        "alternatives",
     ]
     write_report(output, summary, claims, [studies[n] for n in order], root)
     summary["output"] = str(output)
     return summary
 
 
-STUDY_FUNCS = {"scaling": scaling, "noise": noise, "asymmetry": asymmetry}
+STUDY_FUNCS = {"scaling": scaling, "noise": noise, "asymmetry": asymmetry, "sharing": sharing}
 STUDY_CLAIM = {
     "training": 0,
     "marginal_first": 1,
@@ -151,6 +154,8 @@ STUDY_CLAIM = {
     "asymmetry": 6,
     "cascade": 7,
     "parity": 7,
+    "sharing": 8,
+    "alternatives": 8,
 }
 
 

@@ -1,5 +1,4 @@
-"""Claims 2, 4, 6 and 8: the sweeps (τ vs D and K, lr and batch, the two directions) and
-what claims 3 and 4 say against the alternatives."""
+"""Claims 2, 4 and 6: the sweeps (τ vs D and K, lr and batch, the two directions)."""
 
 from __future__ import annotations
 
@@ -68,7 +67,7 @@ def scaling(setup: Setup) -> Study:
     return Study("scaling", result, figs, [claim])
 
 
-# --- claims 4 and 8 ------------------------------------------------------------------------------
+# --- claim 4 ------------------------------------------------------------------------------
 def noise(setup: Setup) -> Study:
     """Claim 4: more gradient noise (higher lr, smaller batch) slows the escape."""
 
@@ -140,41 +139,6 @@ def noise(setup: Setup) -> Study:
         f"{_settings(p['base'])}; lr in {p['lr']} at batch 128; batch in {p['batch_size']} at lr 1e-3",
     )
     return Study("noise", result, figs, [claim])
-
-
-def falsified(collective_study: Study, noise_study: Study) -> Claim:
-    """Claim 8: what claims 3 and 4 say against incremental coverage and barrier crossing."""
-    c, n = collective_study.claims[0], noise_study.claims[0]
-    incremental_out = c.verdict == "reproduced"
-    slower = bool(noise_study.result.get("more_noise_slows_escape"))
-    verdict = verdicts.falsified(c.verdict, n.verdict, slower)
-    words = {True: "ruled out", False: "not ruled out"}
-    if c.verdict == "no result":
-        incremental = "no result yet"
-    else:
-        incremental = (
-            words[incremental_out] if c.verdict != "partly" else "argued against, not cleanly"
-        )
-    if n.verdict == "no result":
-        barrier = "no result yet"
-    else:
-        barrier = (
-            f"{words[slower]}: the highest lr escapes "
-            f"{'later than lr 1e-3 or never' if slower else 'no later than lr 1e-3'}"
-        )
-    ours = (
-        f"incremental coverage: {incremental} (claim 3 {c.verdict}); noise-driven barrier crossing (more noise "
-        f"would escape sooner): {barrier} (claim 4 {n.verdict})"
-    )
-    return Claim(
-        8,
-        "Falsified alternatives",
-        "incremental group-by-group coverage and noise-driven barrier crossing are "
-        "ruled out (claims 3 and 4 are the evidence)",
-        ours,
-        verdict,
-        "derived from claims 3 and 4",
-    )
 
 
 # --- claim 6 -------------------------------------------------------------------------------------

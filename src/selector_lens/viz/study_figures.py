@@ -109,3 +109,66 @@ def waiting_times(rows: list[dict], mean_ratio: float | None, solved_acc: float)
         barmode="group",
     )
     return fig
+
+
+def tau_vs_groups(rows: list[dict], fit: dict | None) -> go.Figure:
+    """Claim 8, gradient cancellation: τ against the number of selector super-groups G (runs that
+    never escaped drawn at their last step, hollow)."""
+    fig = go.Figure()
+    done = [r for r in rows if r["tau"] is not None]
+    stuck = [r for r in rows if r["tau"] is None]
+    fig.add_scatter(
+        x=[r["z_groups"] for r in done], y=[r["tau"] for r in done], mode="markers", name="τ"
+    )
+    if stuck:
+        fig.add_scatter(
+            x=[r["z_groups"] for r in stuck],
+            y=[r["final_step"] for r in stuck],
+            mode="markers",
+            marker_symbol="circle-open",
+            name="no escape by this step",
+        )
+    if fit:
+        xs = sorted({r["z_groups"] for r in done})
+        fig.add_scatter(
+            x=xs,
+            y=[fit["C"] * x ** fit["alpha"] for x in xs],
+            mode="lines",
+            name=f"τ ∝ G^{fit['alpha']:.2f}",
+        )
+        fig.add_scatter(
+            x=xs,
+            y=[done[0]["tau"] * x / xs[0] for x in xs],
+            mode="lines",
+            line_dash="dot",
+            name="linear in G (cancellation)",
+        )
+    fig.update_layout(
+        title="τ vs selector super-groups G (paper: exponent ~0.02)",
+        xaxis_title="G (super-groups of bases, each with its own K selectors)",
+        yaxis_title="τ (steps)",
+        xaxis_type="log",
+        yaxis_type="log",
+    )
+    return fig
+
+
+def timescale_vs_tau(rows: list[dict], rho: float | None) -> go.Figure:
+    """Claim 8, AdamW timescale: τ against B / (η λ D) for every transitioned run of the sweeps."""
+    fig = go.Figure()
+    fig.add_scatter(
+        x=[r["adamw_timescale"] for r in rows],
+        y=[r["tau"] for r in rows],
+        mode="markers",
+        text=[r["run"] for r in rows],
+        name="runs",
+    )
+    fig.update_layout(
+        title=f"τ vs the AdamW timescale B / (η λ D) (Spearman ρ = "
+        f"{'-' if rho is None else f'{rho:.2f}'}; paper: anti-correlated)",
+        xaxis_title="B / (η λ D) (epochs)",
+        yaxis_title="τ (steps)",
+        xaxis_type="log",
+        yaxis_type="log",
+    )
+    return fig
