@@ -90,6 +90,19 @@ def test_weight_trajectory_of_a_run_reads_every_checkpoint(run):
     assert (table.displacement.iloc[1:] > 0).all()
 
 
+def test_weight_trajectory_is_kept_and_served_to_a_published_copy(run, tmp_path):
+    from selector_lens.publish import publish_run
+
+    table = weight_trajectory(run)
+    publish_run(run, tmp_path / "pub")
+    published = sl.Run.open(tmp_path / "pub")
+    assert not published.has_weights
+    served = weight_trajectory(published)  # from the store: no checkpoint to read
+    assert served.total_norm.tolist() == table.total_norm.tolist()
+    with pytest.raises(sl.SelectorLensError, match="weights are not included"):
+        weight_trajectory(published, run.steps[:2])  # other steps: not stored, not computable
+
+
 def test_cli_logit_lens_and_weights_json(run):
     import json
 

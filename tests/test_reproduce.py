@@ -117,7 +117,7 @@ def test_the_report_rebuilds_from_published_files_alone(report, tmp_path):
     from selector_lens.run_tables import run_dashboard
 
     page = run_dashboard(sl.Run.open(pub / "runs" / name), tmp_path / "run.html").read_text()
-    assert "need the weights, which a published run leaves out" in page
+    assert "not stored with this published run" in page  # the rest, drawn from its store
     out = cli("reproduce", "--from", str(pub), "-o", str(tmp_path / "again.html"), "--json")
     assert out.returncode == 0, out.stderr
     assert (

@@ -183,13 +183,12 @@ PRESETS = {
         "cpu": {
             "base": {
                 "k": 5,
-                "n_bases": 200,
-                "steps": 4000,
-                "eval_every": 20,
-                "ckpt_every": 500,
-                "eval_groups": "50",
+                "n_bases": 800,
+                "steps": 6000,
+                "eval_every": 25,
+                "ckpt_every": 50,
                 "seed": 42,
-            },  # G = 1 is the scaling study's K = 5, D = 1,000 run
+            },  # G = 1 is the seeds study's first run (at D = 1,000 τ is ~100 steps at every G)
             "grid": {"z_groups": [1, 4, 20, 100]},
         },
         "paper": {

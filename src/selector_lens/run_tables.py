@@ -112,63 +112,62 @@ def gather(
     )
     clock = time.perf_counter
 
-    if ablation and phases and task.has_z:
+    def part(name: str, compute):
+        """One table, timed. A published run serves what its store kept and has no weights to
+        compute the rest from: a missing table is then a note, not an error."""
         t0 = clock()
-        try:  # a published run serves its stored tables, and has nothing to compute them from
-            steps = sorted({phases[p] for p in ("pre", "mid", "post")})
-            t.ablation = ablate_each_head(run, steps, mode, recompute=recompute)
-            post = t.ablation[t.ablation.step == phases["post"]]
-            t.routing = "L{}H{}".format(*most_necessary_head(post)[0])
+        try:
+            return compute()
         except SelectorLensError as e:
             if run.has_weights:
                 raise
-            t.ablation = None
-            t.notes.append(f"head ablation: not stored with this published run ({e})")
-        t.seconds["ablation"] = clock() - t0
+            t.notes.append(f"{name}: not stored with this published run ({e})")
+            return None
+        finally:
+            t.seconds[name] = clock() - t0
+
+    if ablation and phases and task.has_z:
+        steps = sorted({phases[p] for p in ("pre", "mid", "post")})
+        t.ablation = part(
+            "ablation", lambda: ablate_each_head(run, steps, mode, recompute=recompute)
+        )
+        if t.ablation is not None:
+            post = t.ablation[t.ablation.step == phases["post"]]
+            t.routing = "L{}H{}".format(*most_necessary_head(post)[0])
     elif ablation:
         t.notes.append(
             "head ablation: needs a run with z that has transitioned (phases come from τ)"
         )
     if task.has_z:
         t.attention = attention_to_z(run)
-    if not run.has_weights:
-        t.notes.append(
-            "activation patching, the attention explorer, the logit lens and the weight trajectory: "
-            "need the weights, which a published run leaves out"
-        )
-        return t
     labels = decode(run.task_data.tokens[example].tolist())
+    t.token_labels = labels
     if task.direction == "bz_to_a" and task.k > 1 and run.steps and patch_steps > 0:
-        t0 = clock()
-        t.patching = patch_series(
-            run, "resid_pre", thin(run.steps, patch_steps), recompute=recompute
+        t.patching = part(
+            "patching",
+            lambda: patch_series(
+                run, "resid_pre", thin(run.steps, patch_steps), recompute=recompute
+            ),
         )
-        t.token_labels = labels
-        t.seconds["patching"] = clock() - t0
     else:
         t.notes.append("activation patching: needs a bz_to_a run with K >= 2 and checkpoints")
     if run.steps:
         from .lens import logit_lens
+        from .representations import representation_stats
         from .trajectory import weight_trajectory
 
-        t0 = clock()
-        t.weights = weight_trajectory(run)
-        t.seconds["weights"] = clock() - t0
+        t.weights = part("weights", lambda: weight_trajectory(run, recompute=recompute))
+        some = thin(run.steps, lens_steps)
         if task.has_candidates:
-            t0 = clock()
-            t.lens = logit_lens(run, thin(run.steps, lens_steps), recompute=recompute)
-            t.seconds["logit_lens"] = clock() - t0
+            t.lens = part("logit_lens", lambda: logit_lens(run, some, recompute=recompute))
         if task.k > 1:
-            from .representations import representation_stats
-
-            t0 = clock()
-            steps = thin(run.steps, lens_steps)
-            t.representations = representation_stats(run, steps, recompute=recompute)
-            t.seconds["representations"] = clock() - t0
-        t0 = clock()
-        t.explorer = example_patterns(run, thin(run.steps, explorer_steps), example, recompute)
-        t.token_labels = labels
-        t.seconds["explorer"] = clock() - t0
+            t.representations = part(
+                "representations", lambda: representation_stats(run, some, recompute=recompute)
+            )
+        t.explorer = part(
+            "explorer",
+            lambda: example_patterns(run, thin(run.steps, explorer_steps), example, recompute),
+        )
     return t
 
 

@@ -3,7 +3,8 @@
 `patch` runs the corrupted input with one activation at a time replaced by its clean value and
 returns the metric for each, shaped like `transformer_lens.patching` returns it
 ([n_layers, pos] for residual sites, [n_layers, pos, n_heads] for `z`). Patches are batched:
-several patched copies of the corrupted batch go through one forward pass.
+several patched copies of the corrupted batch go through one forward pass, which starts at the
+patched layer from the corrupted run's residual stream (the layers below are the same for all).
 """
 
 from __future__ import annotations
@@ -69,11 +70,16 @@ def patch(
         index = [(p, None) for p in groups]
     device = next(model.parameters()).device
     clean_tokens, corrupt_tokens = clean_tokens.to(device), corrupt_tokens.to(device)
-    names = [f"blocks.{l}.{SITES[site]}" for l in range(L)]
+    names = [f"blocks.{layer}.{SITES[site]}" for layer in range(L)]
     _, cache = model.run_with_cache(clean_tokens, names_filter=set(names).__contains__)
+    starts = [f"blocks.{layer}.hook_resid_pre" for layer in range(L)]
+    _, corrupt = model.run_with_cache(corrupt_tokens, names_filter=set(starts).__contains__)
     out = torch.zeros(L, len(index))
     for l, name in enumerate(names):
         clean = cache[name]
+        # a patch at layer l leaves the layers below it corrupted: start there (TransformerLens's
+        # start_at_layer) from the corrupted run's residual stream
+        start = corrupt[starts[l]]
         for lo in range(0, len(index), patches_per_pass):
             chunk = index[lo : lo + patches_per_pass]
 
@@ -87,7 +93,7 @@ def patch(
                 return act.view(len(chunk) * B, *act.shape[2:])
 
             logits = model.run_with_hooks(
-                corrupt_tokens.repeat(len(chunk), 1), fwd_hooks=[(name, hook)]
+                start.repeat(len(chunk), 1, 1), start_at_layer=l, fwd_hooks=[(name, hook)]
             )
             logits = logits.view(len(chunk), B, *logits.shape[1:])
             for i in range(len(chunk)):
@@ -197,7 +203,8 @@ def _patch_table(run, site, steps, n_examples, seed):
     """Only the positions from z to the a1-predicting one are patched: before z the clean and
     corrupted runs are the same (causal attention, same tokens), and after the read position
     nothing reaches its logits, so patching there leaves the corrupted run as it is: exactly 0
-    on the normalised scale, written without a forward pass."""
+    on the normalised scale, written without a forward pass. For the same reason the patched
+    runs stop at the read position."""
     import pandas as pd
 
     data = run.task_data
@@ -212,7 +219,10 @@ def _patch_table(run, site, steps, n_examples, seed):
         result = torch.zeros(
             (model.cfg.n_layers, seq) + ((model.cfg.n_heads,) if site == "z" else ())
         )
-        result[:, live] = patch(model, corr.clean, corr.corrupt, site, metric, positions=live)
+        upto = slice(0, corr.pos + 1)  # causal: the tokens after the read position cannot matter
+        result[:, live] = patch(
+            model, corr.clean[:, upto], corr.corrupt[:, upto], site, metric, positions=live
+        )
         for idx in np.ndindex(*result.shape):
             row = {"step": step, "site": site, "layer": idx[0], "pos": idx[1]}
             if site == "z":
