@@ -6,7 +6,14 @@ import pytest
 import selector_lens as sl
 from selector_lens import viz
 from selector_lens.runs import run_table
-from selector_lens.transition import plateau_height, power_law_fit, summarize, tau
+from selector_lens.transition import (
+    first_below,
+    plateau_height,
+    power_law_fit,
+    solve_time,
+    summarize,
+    tau,
+)
 from selector_lens.viz.dashboard import sweep_dashboard
 from tests.helpers import tiny
 from tests.helpers import render
@@ -22,6 +29,17 @@ def test_tau_on_a_synthetic_curve():
     assert plateau_height(steps, curve, 200) == pytest.approx(2.29)  # median of steps 50..150
     s = summarize([{"step": a, "candidate_loss": b} for a, b in zip(steps, curve)], math.log(10))
     assert s["tau"] == 200 and s["plateau_over_log_k"] == pytest.approx(2.29 / math.log(10))
+
+
+def test_waiting_times_on_a_synthetic_log():
+    rows = [
+        {"step": 0, "token_acc": 0.2, "loss": 3.0},
+        {"step": 50, "token_acc": 0.8, "loss": 0.5},
+        {"step": 100, "token_acc": 0.95, "loss": 0.2},
+        {"step": 150, "token_acc": 0.99, "loss": 0.05},
+    ]
+    assert solve_time(rows, 0.95) == 100 and solve_time(rows, 0.999) is None
+    assert first_below(rows, "loss", 0.1) == 150 and first_below(rows, "loss", 0.01) is None
 
 
 def test_power_law_fit_recovers_an_exact_law():

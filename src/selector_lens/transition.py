@@ -143,6 +143,14 @@ def solve_time(rows: list[dict], token_acc: float = 0.95) -> int | None:
     return None
 
 
+def first_below(rows: list[dict], key: str, level: float) -> int | None:
+    """First eval step whose `key` is below `level` (None if never)."""
+    for r in rows:
+        if r.get(key) is not None and r[key] < level:
+            return int(r["step"])
+    return None
+
+
 def group_crossing_steps(steps, group_acc: np.ndarray, level: float = 0.5) -> np.ndarray:
     """Per group, the first step with accuracy > `level` (inf if never). group_acc: [steps, groups]."""
     above = np.asarray(group_acc) > level

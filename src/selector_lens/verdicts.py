@@ -1,6 +1,6 @@
 """Each claim's verdict as a pure function of its study's table (docs/science.md section 4).
 
-A study measures and builds its table (`studies.py`); the rule that turns that table into
+A study measures and builds its table (`studies/`); the rule that turns that table into
 "reproduced", "partly", "not reproduced" or "no result" lives here, one function per claim, with
 the rule in its docstring, so it can be read and tested on its own (tests/test_verdicts.py).
 """
