@@ -46,6 +46,23 @@ def test_a_second_call_is_served_from_the_store(run, monkeypatch):
     assert calls == [[20], [0]]
 
 
+def test_an_analysis_killed_midway_keeps_the_steps_it_finished(run, monkeypatch):
+    real = ablation._ablation_table
+
+    def dies_at_40(run_, head_sets, mode, steps, keep_only, seed):
+        if 40 in steps:
+            raise RuntimeError("killed")
+        return real(run_, head_sets, mode, steps, keep_only, seed)
+
+    monkeypatch.setattr(ablation, "_ablation_table", dies_at_40)
+    with pytest.raises(RuntimeError, match="killed"):
+        sl.ablate_heads(run, [(0, 0)], "zero", [20, 40], seed=7)
+    monkeypatch.setattr(ablation, "_ablation_table", real)
+    calls = counting(monkeypatch)
+    sl.ablate_heads(run, [(0, 0)], "zero", [20, 40], seed=7)
+    assert calls == [[40]]  # step 20 was stored before the kill
+
+
 def test_other_parameters_other_weights_or_another_version_are_recomputed(run, monkeypatch):
     sl.ablate_heads(run, [(0, 1)], "mean", [40])
     calls = counting(monkeypatch)

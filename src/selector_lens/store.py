@@ -56,10 +56,19 @@ def step_path(run, analysis: str, params: dict, step: int) -> Path:
 
 
 def per_step(
-    run, analysis: str, version: str, params: dict, steps, compute, recompute: bool = False
+    run,
+    analysis: str,
+    version: str,
+    params: dict,
+    steps,
+    compute,
+    recompute: bool = False,
+    together: bool = False,
 ):
     """Rows of `analysis` at each step (a DataFrame with a `step` column): served from the store
-    where the key matches, the rest computed together by `compute(missing_steps)` and stored."""
+    where the key matches, the rest computed by `compute(missing_steps)` and stored, one step at
+    a time (an analysis killed midway keeps the steps it finished), or in one call with
+    `together` (a table whose rows depend on each other, e.g. displacements)."""
     import pandas as pd
 
     steps = list(steps)
@@ -78,9 +87,10 @@ def per_step(
                 found[step] = stored["rows"]
                 continue
         missing.append((step, key, path))
-    if missing:
-        table = compute([s for s, _, _ in missing])
-        for step, key, path in missing:
+    batches = [missing] if together else [[m] for m in missing]
+    for batch in batches if missing else []:
+        table = compute([s for s, _, _ in batch])
+        for step, key, path in batch:
             rows = table[table.step == step].to_dict(orient="records")
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, json.dumps({"key": key, "rows": rows}, default=_plain))

@@ -77,6 +77,7 @@ def weight_trajectory(run, steps=None, recompute: bool = False):
         steps,
         lambda todo: _weight_table(run, steps),
         recompute,
+        together=True,
     )
 
 
