@@ -163,7 +163,8 @@ def ablate_each_head(
     seed: int = 0,
     recompute: bool = False,
 ):
-    """`ablate_heads` for every head in turn (necessity), or every head alone kept (sufficiency)."""
+    """`ablate_heads` for every head in turn (necessity), or every head alone kept (sufficiency).
+    The heads of one layer share the work of the layers below it (`_ablation_table`)."""
     cfg = run.config.model
     return _stored_table(
         run,
