@@ -177,8 +177,8 @@ def adamw_timescale(rho: float | None, n: int) -> str:
 def neural_collapse(within_ratio: float | None) -> str:
     """Collapse onto the marginal predicts the within-base variance of the last layer's
     a1-predicting residual shrinking across the transition (the paper: up 1.15x at K = 20).
-    Post / pre ratio >= 1: reproduced; <= 0.8: not reproduced; between: partly. No run with
-    both phases: no result."""
+    Post / pre ratio (the smallest over the runs measured) >= 1: reproduced; <= 0.8: not
+    reproduced; between: partly. No run with both phases: no result."""
     if within_ratio is None:
         return NO_RESULT
     return REPRODUCED if within_ratio >= 1 else NOT_REPRODUCED if within_ratio <= 0.8 else PARTLY
