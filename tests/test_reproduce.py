@@ -128,15 +128,16 @@ def test_the_report_rebuilds_from_published_files_alone(report, tmp_path):
     assert (tmp_path / "again.html").stat().st_size > 0
 
 
-PUBLISHED = Path(__file__).resolve().parents[1] / "analyses" / "results" / "paper"
+RESULTS = Path(__file__).resolve().parents[1] / "analyses" / "results"
 
 
-@pytest.mark.skipif(
-    not (PUBLISHED / "report.json").is_file(), reason="no published paper-scale results"
-)
-def test_the_published_paper_report_rebuilds_to_its_report_json(tmp_path):
-    summary = reproduce(None, output=tmp_path / "paper.html", from_=PUBLISHED)
-    assert summary["claims"] == json.loads((PUBLISHED / "report.json").read_text())["claims"]
+@pytest.mark.parametrize("scale", ["paper", "cpu"])
+def test_the_published_reports_rebuild_to_their_report_json(tmp_path, scale):
+    published = RESULTS / scale
+    if not (published / "report.json").is_file():
+        pytest.skip(f"no published {scale}-scale results")
+    summary = reproduce(None, output=tmp_path / f"{scale}.html", from_=published)
+    assert summary["claims"] == json.loads((published / "report.json").read_text())["claims"]
 
 
 def test_plan_lists_every_run_and_trains_nothing(tmp_path):
