@@ -62,7 +62,7 @@ def test_report_numbers_come_from_the_study_outputs(report):
     )
     asym = json.loads((root / "asymmetry" / "asymmetry.json").read_text())
     assert asym["definition"].endswith("0.95") and len(asym["per_seed"]) == 1
-    assert len(asym["ratio_by_definition"]) == 3
+    assert len(asym["ratio_by_definition"]) == 4
     assert asym["ratio_by_definition"]["token_acc >= 0.95"] == asym["ratio_mean"]
     sharing = json.loads((root / "sharing" / "sharing.json").read_text())
     assert [r["z_groups"] for r in sharing["runs"]] == [1, 4]

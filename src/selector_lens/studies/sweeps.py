@@ -153,11 +153,13 @@ def asymmetry(setup: Setup) -> Study:
     runs = setup.runs("asymmetry")
     if not runs:
         return pending("asymmetry", 6, "no finished run yet")
-    # the verdict's waiting time, and two others that read the same log: the reverse task
+    # the verdict's waiting time, and three others that read the same log: the reverse task
     # predicts 6 target characters where the forward one predicts 4, so accuracy over all
     # tokens and the first token's loss need not agree
     definitions = {
         f"token_acc >= {SOLVED_TOKEN_ACC}": lambda rows: solve_time(rows, SOLVED_TOKEN_ACC),
+        # the paper-scale forward runs stop (candidate loss) at token accuracy 0.945-0.966
+        "token_acc >= 0.9": lambda rows: solve_time(rows, 0.9),
         "first-target loss < 0.1 nats": lambda rows: first_below(rows, "first_target_loss", 0.1),
         "token loss < 0.1 nats": lambda rows: first_below(rows, "loss", 0.1),
     }
@@ -193,7 +195,7 @@ def asymmetry(setup: Setup) -> Study:
     others = "; ".join(
         f"{name}: {_fmt(r, '.2f')}"
         for name, r in result["ratio_by_definition"].items()
-        if not name.startswith("token_acc")
+        if name != result["definition"].replace("first eval with ", "")
     )
     ours = (
         f"a_to_b / bz_to_a = {_fmt(mean, '.2f')} (range {_fmt(result['ratio_min'], '.2f')}-"
