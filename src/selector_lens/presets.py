@@ -19,6 +19,17 @@ from .errors import SelectorLensError
 
 SCALES = ("cpu", "paper", "tiny")
 TINY_MODEL = {"n_layers": 1, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp": 64}
+# a tiny run: seconds to train, a plateau it may not leave (the tiny scale tests plumbing)
+TINY_RUN = {
+    "k": 3,
+    "n_bases": 12,
+    "steps": 60,
+    "eval_every": 10,
+    "ckpt_every": 60,
+    "lr": 3e-3,
+    "batch_size": 16,
+    **TINY_MODEL,
+}
 
 # Base options and grids. A grid's points are its base updated by each combination of values.
 PRESETS = {
@@ -29,16 +40,7 @@ PRESETS = {
         },
         "paper": {"base": {"k": 10, "n_bases": 1000}, "grid": {"seed": [42, 43, 44]}},
         "tiny": {
-            "base": {
-                "k": 3,
-                "n_bases": 12,
-                "steps": 120,
-                "eval_every": 10,
-                "ckpt_every": 10,
-                "lr": 3e-3,
-                "batch_size": 16,
-                **TINY_MODEL,
-            },
+            "base": {**TINY_RUN, "steps": 120, "ckpt_every": 10},
             "grid": {"seed": [1, 2]},
         },
     },
@@ -122,16 +124,7 @@ PRESETS = {
             "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [42, 43, 44]},
         },
         "tiny": {
-            "base": {
-                "k": 3,
-                "n_bases": 12,
-                "steps": 60,
-                "eval_every": 10,
-                "ckpt_every": 60,
-                "lr": 3e-3,
-                "batch_size": 16,
-                **TINY_MODEL,
-            },
+            "base": TINY_RUN,
             "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [1]},
         },
     },
@@ -161,18 +154,7 @@ PRESETS = {
             "grid": {"seed": [42]},
         },
         "tiny": {
-            "base": {
-                "k": 3,
-                "n_bases": 12,
-                "steps": 60,
-                "eval_every": 10,
-                "ckpt_every": 10,
-                "lr": 3e-3,
-                "batch_size": 16,
-                "parity": "paper",
-                "early_stop": False,
-                **TINY_MODEL,
-            },
+            "base": {**TINY_RUN, "ckpt_every": 10, "parity": "paper", "early_stop": False},
             "grid": {"seed": [1]},
         },
     },
@@ -196,16 +178,7 @@ PRESETS = {
             "grid": {"z_groups": [1, 4, 20, 100]},
         },
         "tiny": {
-            "base": {
-                "k": 3,
-                "n_bases": 12,
-                "steps": 60,
-                "eval_every": 10,
-                "ckpt_every": 60,
-                "lr": 3e-3,
-                "batch_size": 16,
-                **TINY_MODEL,
-            },
+            "base": TINY_RUN,
             "grid": {"z_groups": [1, 4]},
         },
     },

@@ -38,9 +38,6 @@ def representation_stats(run, steps=None, recompute: bool = False):
     task = run.config.task
     if task.k < 2:
         raise SelectorLensError(f"{run.path} has K = {task.k}: no within-base variance to measure")
-    steps = run.steps if steps is None else list(steps)
-    for step in steps:
-        run.check_step(step)
     params = {"position": "a1-predicting", "eval_set": "the run's recorded groups"}
     return per_step(
         run,

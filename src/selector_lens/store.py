@@ -65,13 +65,16 @@ def per_step(
     recompute: bool = False,
     together: bool = False,
 ):
-    """Rows of `analysis` at each step (a DataFrame with a `step` column): served from the store
-    where the key matches, the rest computed by `compute(missing_steps)` and stored, one step at
-    a time (an analysis killed midway keeps the steps it finished), or in one call with
-    `together` (a table whose rows depend on each other, e.g. displacements)."""
+    """Rows of `analysis` at each step (default: every checkpoint; a DataFrame with a `step`
+    column): served from the store where the key matches, the rest computed by
+    `compute(missing_steps)` and stored, one step at a time (an analysis killed midway keeps the
+    steps it finished), or in one call with `together` (a table whose rows depend on each other,
+    e.g. displacements). A step without a checkpoint is one clear error, before any work."""
     import pandas as pd
 
-    steps = list(steps)
+    steps = run.steps if steps is None else list(steps)
+    for step in steps:
+        run.check_step(step)
     found, missing = {}, []
     for step in steps:
         key = {

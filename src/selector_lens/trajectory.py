@@ -67,8 +67,6 @@ def weight_trajectory(run, steps=None, recompute: bool = False):
     steps = run.steps if steps is None else sorted(steps)
     if not steps:
         raise SelectorLensError(f"{run.path} has no checkpoints yet")
-    for step in steps:
-        run.check_step(step)
     return per_step(
         run,
         "weights",

@@ -184,9 +184,6 @@ def _stored_table(run, head_sets, mode, steps, keep_only, seed, recompute):
         raise SelectorLensError(f"unknown ablation mode {mode!r}; choose one of {', '.join(MODES)}")
     for heads in head_sets:
         check_heads(run.config.model, heads)
-    steps = run.steps if steps is None else list(steps)
-    for step in steps:
-        run.check_step(step)
     params = {
         "head_sets": [[list(h) for h in hs] for hs in head_sets],
         "mode": mode,
@@ -280,9 +277,6 @@ def training_set_ablation(
     Kept in the run's analysis store."""
     from ..store import per_step
 
-    steps = list(steps)
-    for step in steps:
-        run.check_step(step)
     params = {"n_examples": n_examples, "seed": seed, "mode": "mean"}
     return per_step(
         run,

@@ -184,9 +184,6 @@ def patch_series(
     if site not in SITES:
         raise SelectorLensError(f"unknown site {site!r}; choose one of {', '.join(SITES)}")
     z_corruption(run.task_data, [0])  # one clear error for a run without a z to corrupt
-    steps = run.steps if steps is None else list(steps)
-    for step in steps:
-        run.check_step(step)
     params = {"site": site, "n_examples": n_examples, "seed": seed}
     return per_step(
         run,

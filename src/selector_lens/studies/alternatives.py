@@ -75,8 +75,12 @@ def sharing(setup: Setup) -> Study:
         fit["alpha_ci"] = ci if all(math.isfinite(x) for x in ci) else None  # 3+ points
     base_escaped = any(r["z_groups"] == 1 for r in done)
     stuck = base_escaped and any(r["tau"] is None and r["z_groups"] > 1 for r in rows)
-    result = {"tau_definition": "first eval step with candidate_loss < 0.5 * log K"}
-    result.update({"runs": rows, "fit": fit, "more_groups_never_escape": stuck})
+    result = {
+        "tau_definition": "first eval step with candidate_loss < 0.5 * log K",
+        "runs": rows,
+        "fit": fit,
+        "more_groups_never_escape": stuck,
+    }
     _save(setup.dir("sharing"), "sharing", result)
     verdict = verdicts.cancellation(fit and fit["alpha"], fit and fit.get("alpha_ci"), stuck)
     ours = "τ at G = " + ", ".join(f"{r['z_groups']}: {_tau_text(r)}" for r in rows)

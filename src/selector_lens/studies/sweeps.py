@@ -156,8 +156,9 @@ def asymmetry(setup: Setup) -> Study:
     # the verdict's waiting time, and three others that read the same log: the reverse task
     # predicts 6 target characters where the forward one predicts 4, so accuracy over all
     # tokens and the first token's loss need not agree
+    verdicts_time = f"token_acc >= {SOLVED_TOKEN_ACC}"
     definitions = {
-        f"token_acc >= {SOLVED_TOKEN_ACC}": lambda rows: solve_time(rows, SOLVED_TOKEN_ACC),
+        verdicts_time: lambda rows: solve_time(rows, SOLVED_TOKEN_ACC),
         # the paper-scale forward runs stop (candidate loss) at token accuracy 0.945-0.966
         "token_acc >= 0.9": lambda rows: solve_time(rows, 0.9),
         "first-target loss < 0.1 nats": lambda rows: first_below(rows, "first_target_loss", 0.1),
@@ -165,10 +166,10 @@ def asymmetry(setup: Setup) -> Study:
     }
     by_definition = {name: {} for name in definitions}
     for run in runs:
-        rows_ = run.metric_rows()
+        log = run.metric_rows()
         for name, fn in definitions.items():
-            by_definition[name][(run.config.task.direction, run.config.seed)] = fn(rows_)
-    times = by_definition[f"token_acc >= {SOLVED_TOKEN_ACC}"]
+            by_definition[name][(run.config.task.direction, run.config.seed)] = fn(log)
+    times = by_definition[verdicts_time]
     rows, ratios = [], []
     for seed in p["seeds"]:
         fwd, rev = times.get(("bz_to_a", seed)), times.get(("a_to_b", seed))
@@ -178,7 +179,7 @@ def asymmetry(setup: Setup) -> Study:
             ratios.append(ratio)
     mean = float(np.mean(ratios)) if ratios else None
     result = {
-        "definition": f"first eval with token_acc >= {SOLVED_TOKEN_ACC}",
+        "definition": f"first eval with {verdicts_time}",
         "per_seed": rows,
         "paper_ratio_range": [1.7, 4.4],
         "ratio_mean": mean,
@@ -195,7 +196,7 @@ def asymmetry(setup: Setup) -> Study:
     others = "; ".join(
         f"{name}: {_fmt(r, '.2f')}"
         for name, r in result["ratio_by_definition"].items()
-        if name != result["definition"].replace("first eval with ", "")
+        if name != verdicts_time
     )
     ours = (
         f"a_to_b / bz_to_a = {_fmt(mean, '.2f')} (range {_fmt(result['ratio_min'], '.2f')}-"
