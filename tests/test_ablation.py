@@ -1,5 +1,6 @@
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
@@ -27,12 +28,15 @@ def full_loss_with(model, es, hook):
     return -lp.mean().item()
 
 
-def test_zero_ablation_equals_zeroing_the_heads_output_weights(setup):
+@pytest.mark.parametrize("heads", [[(1, 0)], [(1, 0), (1, 1)], [(0, 0), (0, 1), (1, 0), (1, 1)]])
+def test_zero_ablation_equals_zeroing_the_heads_output_weights(setup, heads):
+    """Also where whole layers are ablated, whose attention the candidates then skip."""
     model, es = setup
-    ablated = sl.evaluate(model, es, intervention=head_ablation(model, es, [(1, 0)], "zero"))
+    ablated = sl.evaluate(model, es, intervention=head_ablation(model, es, heads, "zero"))
     cut = sl.build_model(MCFG, es.task, seed=4)
     with torch.no_grad():
-        cut.blocks[1].attn.W_O[0].zero_()
+        for layer, head in heads:
+            cut.blocks[layer].attn.W_O[head].zero_()
     want = sl.evaluate(cut, es)
     for key in ("loss", "candidate_loss", "dz", "first_target_loss"):
         assert ablated[key] == pytest.approx(want[key], abs=1e-5), key
@@ -150,6 +154,23 @@ def test_batched_ablation_sweep_equals_one_evaluation_per_head(trained, keep_onl
         one = sl.evaluate(model, es, intervention=head_ablation(model, es, targets, mode))
         for m in ("loss", "first_target_loss", "candidate_loss", "candidate_acc", "dz"):
             assert row[f"ablated_{m}"] == pytest.approx(one[m], abs=1e-5), (head, m)
+
+
+@pytest.mark.parametrize("mode", ["mean", "resample"])
+def test_branches_from_several_layers_equal_one_evaluation_each(setup, mode):
+    """One trunk run serves branches starting at different layers: every metric of each,
+    attention to z included, equals its own full evaluation."""
+    model, es = setup
+    sets = [[(0, 0), (0, 1)], [(0, 0), (1, 0)], [(0, 0), (1, 0), (1, 1)]]
+    ablations = [head_ablation(model, es, heads, mode, seed=2) for heads in sets]
+    trunk = head_ablation(model, es, [(0, 0)], mode, seed=2)  # what all three do below layer 1
+    for starts, branches, below in (([0, 1, 1], ablations, trunk), ([1], ablations[1:2], trunk)):
+        got = evaluate_branches(model, es, branches, from_layer=starts, trunk=below)
+        for g, a in zip(got, branches):
+            want = sl.evaluate(model, es, intervention=a)
+            for key, value in want.items():
+                got_value, value = np.ravel(g[key]), np.ravel(value)  # attn_to_z: [layer][head]
+                np.testing.assert_allclose(got_value, value, atol=1e-5, err_msg=key)
 
 
 def test_branches_must_start_inside_the_model(setup):

@@ -1,5 +1,9 @@
 """The fast path (fused.forward, train_step, train_many) against the HookedTransformer itself."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -50,8 +54,9 @@ def test_cached_passes_and_shared_past_equal_the_full_forward():
 
 
 def test_start_and_stop_at_a_layer_equal_transformer_lens():
-    """The residual stream entering layer 2 equals TransformerLens's `stop_at_layer`, and running
-    on from it (with a past split the same way) gives the full forward's logits."""
+    """The residual stream entering layer 2 (or leaving the last) equals TransformerLens's
+    `stop_at_layer`, and running on from it (with a past split the same way) gives the full
+    forward's logits."""
     model = trained_like(sl.ModelConfig(n_layers=3), 3)
     x = TASK.generate().tokens[:6]
     resid, kv = fused.forward(model, x[:, :8], stop_at_layer=2, keep_kv=True)
@@ -62,6 +67,8 @@ def test_start_and_stop_at_a_layer_equal_transformer_lens():
     rest = fused.forward(model, x[:, 8:], past=kv, stop_at_layer=2)
     got = fused.forward(model, rest, past=kv_top, start_at_layer=2)
     torch.testing.assert_close(got, model(x)[:, 8:], atol=1e-5, rtol=1e-5)
+    top = fused.forward(model, x, stop_at_layer=3)  # the last block's residual stream, no logits
+    torch.testing.assert_close(top, model(x, stop_at_layer=3), atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="out of"):
         fused.forward(model, x, stop_at_layer=4)
 
@@ -104,8 +111,8 @@ def test_hooks_see_and_change_what_transformer_lens_hooks_do():
 def test_attached_hooks_and_unknown_hook_points_are_refused():
     model = sl.build_model(sl.ModelConfig(n_layers=1), TASK)
     x = TASK.generate().tokens[:2]
-    with pytest.raises(ValueError, match="hook_resid_pre"):
-        fused.forward(model, x, fwd_hooks=[("blocks.0.hook_resid_pre", lambda t, hook: t)])
+    with pytest.raises(ValueError, match="hook_resid_mid"):
+        fused.forward(model, x, fwd_hooks=[("blocks.0.hook_resid_mid", lambda t, hook: t)])
     with model.hooks(fwd_hooks=[("blocks.0.hook_resid_pre", lambda t, hook: t)]):
         with pytest.raises(sl.SelectorLensError, match="hooks attached"):
             fused.forward(model, x)
@@ -156,3 +163,12 @@ def test_batched_models_train_like_separate_runs(tmp_path):
 def test_batched_runs_must_share_a_shape(tmp_path):
     with pytest.raises(sl.SelectorLensError, match="same model"):
         train_many([tiny(), tiny(model={"d_mlp": 32})], [tmp_path / "a", tmp_path / "b"])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc")
+def test_freed_memory_is_kept_unless_the_user_tuned_malloc():
+    assert fused.keep_freed_memory() and fused.keep_freed_memory()  # once per process, then cached
+    code = "from selector_lens import fused; print(fused.keep_freed_memory())"
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr

@@ -33,7 +33,9 @@ def test_patch_equals_transformer_lens_patching(setup, site, tl_fn):
     want = tl_fn(model, corr.corrupt, clean_cache, metric)
     got = sl.patch(model, corr.clean, corr.corrupt, site, metric, patches_per_pass=5)
     assert got.shape == want.shape
-    assert torch.allclose(got, want.float(), atol=1e-5)
+    # resid_pre and z run through fused.forward (logits equal to 1e-5), and the metric divides
+    # by the clean - corrupt logit gap: a float32 reordering shows up to ~1.2e-5 here
+    assert torch.allclose(got, want.float(), atol=3e-5)
 
 
 def test_resid_post_equals_the_generic_tl_patch(setup):
@@ -55,8 +57,9 @@ def test_resid_post_equals_the_generic_tl_patch(setup):
 
 def test_invariants(setup):
     model, corr, metric = setup
-    assert metric(model(corr.clean)).item() == pytest.approx(1.0)
-    assert metric(model(corr.corrupt)).item() == pytest.approx(0.0, abs=1e-6)
+    # the metric's ends come from fused.forward, equal to the HookedTransformer to float32 noise
+    assert metric(model(corr.clean)).item() == pytest.approx(1.0, abs=1e-5)
+    assert metric(model(corr.corrupt)).item() == pytest.approx(0.0, abs=1e-5)
     # clean into clean changes nothing, at every site
     raw = lambda logits: sl.logit_diff(logits, corr)
     base = raw(model(corr.clean)).item()

@@ -9,15 +9,19 @@ stay TransformerLens's. Tests hold it to the HookedTransformer's logits to 1e-5.
 Several models of one shape run as one batched model: their weights are stacked on a leading
 model axis, so a sweep's runs share each GEMM (the GPU path of `trainer.train_many`).
 
-Evaluation needs a key-value cache and two of TransformerLens's hook points; `forward` takes
-`past` (keys and values of earlier positions) and `fwd_hooks` on `blocks.L.attn.hook_z` and
-`blocks.L.attn.hook_pattern`, called with TransformerLens's shapes and signature.
+Evaluation needs a key-value cache and three of TransformerLens's hook points; `forward` takes
+`past` (keys and values of earlier positions) and `fwd_hooks` on `blocks.L.hook_resid_pre`,
+`blocks.L.attn.hook_z` and `blocks.L.attn.hook_pattern`, called with TransformerLens's shapes
+and signature.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
+import os
 import re
+from collections.abc import Collection
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +45,32 @@ ACTS = {
     "relu": F.relu,
     "silu": F.silu,
 }
-_HOOK = re.compile(r"blocks\.(\d+)\.attn\.hook_(z|pattern)$")
+_HOOK = re.compile(r"blocks\.(\d+)\.(attn\.hook_z|attn\.hook_pattern|hook_resid_pre)$")
+
+
+_MALLOC_OPTIONS = {-3: 32 << 20, -1: 1 << 30, -2: 64 << 20}  # mmap threshold, trim, top pad
+_malloc_tuned: bool | None = None
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc keep freed memory for the next allocation (once per process).
+
+    A forward pass frees and reallocates activations of ~16 MB, which glibc by default returns to
+    the OS and takes back page by page: 1.5 M page faults in one `find_routing_head` of the
+    K = 10 run, 0.14 M with these options, and 6-11% less time (benchmarks/). The process then
+    keeps up to 1 GiB of freed memory. Skipped where malloc is not glibc's or the user set
+    MALLOC_* / GLIBC_TUNABLES; returns whether the options are in force.
+    """
+    global _malloc_tuned
+    if _malloc_tuned is None:
+        _malloc_tuned = False
+        if not any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in os.environ):
+            try:
+                mallopt = ctypes.CDLL(None).mallopt
+            except (OSError, AttributeError):  # not glibc
+                return False
+            _malloc_tuned = all(mallopt(k, v) == 1 for k, v in _MALLOC_OPTIONS.items())
+    return _malloc_tuned
 
 
 def supports(model) -> bool:
@@ -61,6 +90,17 @@ def supports(model) -> bool:
         and not c.final_rms
         and not getattr(c, "parallel_attn_mlp", False)
     )
+
+
+def hooked(model) -> bool:
+    """Are TransformerLens hooks attached to the model? (`forward` would not run them.)"""
+    return any(hp._forward_hooks or hp._backward_hooks for hp in model.hook_dict.values())
+
+
+def stands_in(model) -> bool:
+    """Can `forward` stand in for the model's own forward: a supported model with no hooks
+    attached (the same logits, tested, at a fraction of TransformerLens's overhead)?"""
+    return supports(model) and not hooked(model)
 
 
 class _Hook:
@@ -100,14 +140,16 @@ def _norm(x: torch.Tensor, w, b, eps: float) -> torch.Tensor:
 def forward(
     models,
     tokens: Int[Tensor, "*models batch pos"] | Resid,
-    past: list[KV] | None = None,
+    past: list[KV | None] | None = None,
     past_repeat: int = 1,
     fwd_hooks=(),
     positions: slice | None = None,
     keep_kv: bool = False,
     start_at_layer: int = 0,
     stop_at_layer: int | None = None,
-) -> Logits | Resid | tuple[Logits | Resid, list[NewKV]]:
+    start_z: Float[Tensor, "batch pos head d_head"] | None = None,
+    replaced: Collection[int] = (),
+) -> Logits | Resid | tuple[Logits | Resid, list[NewKV | None]]:
     """Logits of `models` (one HookedTransformer, or a list of same-shape ones) on `tokens`.
 
     tokens: no leading axis for one model, a `models` axis for a list. `past`: per layer run, the
@@ -116,15 +158,22 @@ def forward(
     copying it). `positions`: the positions to unembed (`out_pos`; default all). With `keep_kv`,
     also the keys and values of the new positions, per layer run ([models x batch] rows).
     As in TransformerLens, `start_at_layer` takes the residual stream entering that layer in
-    place of tokens, and `stop_at_layer` returns the residual stream entering that layer (every
+    place of tokens (at layer 0 too), and `stop_at_layer` returns the residual stream entering that layer (every
     position) in place of logits: runs that agree below a layer share those layers' work.
+
+    Two ways to skip attention that nothing would read (one model only; such a layer's pattern
+    hooks are not called and its keys and values are None): `start_z` is the first layer's
+    `hook_z` as another run computed it on the same residual stream (before that run's edits),
+    and `replaced` names layers whose every head the `hook_z` hooks overwrite (z enters them
+    as zeros).
     """
+    keep_freed_memory()
     single = not isinstance(models, (list, tuple))
     models = [models] if single else list(models)
     if single:
         tokens = tokens.unsqueeze(0)
     for m in models:
-        if any(hp._forward_hooks or hp._backward_hooks for hp in m.hook_dict.values()):
+        if hooked(m):
             raise SelectorLensError(
                 "the model has TransformerLens hooks attached, which fused.forward would skip; "
                 "pass them as fwd_hooks (hook_z / hook_pattern) or remove them"
@@ -137,19 +186,24 @@ def forward(
         m = _HOOK.match(name)
         if m is None or not single:
             raise ValueError(f"fused.forward does not support hook {name!r}")
-        hooks.setdefault((int(m.group(1)), m.group(2)), []).append((name, fn))
+        hooks.setdefault((int(m.group(1)), m.group(2).split("_")[-1]), []).append((name, fn))
     stop = cfg.n_layers if stop_at_layer is None else stop_at_layer
     if not 0 <= start_at_layer <= stop <= cfg.n_layers:
         raise ValueError(f"layers {start_at_layer}..{stop} out of 0..{cfg.n_layers}")
-    offset = 0 if past is None else past[0][0].shape[2]
-    if past is not None and (not single or B != past[0][0].shape[0] * past_repeat):
+    known = [p for p in past or () if p is not None]  # None: a layer whose attention is skipped
+    offset = known[0][0].shape[2] if known else 0
+    if known and (not single or B != known[0][0].shape[0] * past_repeat):
         raise ValueError(
-            f"{B} rows do not fit a past of {past[0][0].shape[0]} rows x {past_repeat}"
+            f"{B} rows do not fit a past of {known[0][0].shape[0]} rows x {past_repeat}"
         )
     ln = cfg.normalization_type == "LN"
     act = ACTS[cfg.act_fn]
+    if (start_z is not None or replaced) and not single:
+        raise ValueError("start_z and replaced take one model")
+    if any(not hooks.get((layer, "z")) for layer in replaced):
+        raise ValueError("a replaced layer needs hook_z hooks to write its heads")
 
-    if start_at_layer > 0:
+    if tokens.is_floating_point():  # a residual stream entering start_at_layer
         x = tokens
     else:
         W_E = _stack(models, lambda m: m.embed.W_E)
@@ -161,32 +215,30 @@ def forward(
         x = x + _stack(models, lambda m: m.pos_embed.W_pos[offset : offset + P]).unsqueeze(1)
     kv = []
     for layer in range(start_at_layer, stop):
+        for name, fn in hooks.get((layer, "pre"), ()):
+            out = fn(x[0], hook=_Hook(name, layer))
+            x = x if out is None else out.unsqueeze(0)
         blk = [m.blocks[layer] for m in models]
         a = [b.attn for b in blk]
-        w1 = _stack(blk, lambda b: b.ln1.w) if ln else None
-        b1 = _stack(blk, lambda b: b.ln1.b) if ln else None
-        h = _norm(x, w1, b1, cfg.eps)
-        # Q, K and V of every head as one [d_model, 3 * H * d_head] matrix: one GEMM per layer.
-        W_qkv = _stack(
-            a, lambda t: rearrange(torch.stack([t.W_Q, t.W_K, t.W_V]), "qkv h d e -> d (qkv h e)")
-        )
-        b_qkv = _stack(
-            a, lambda t: rearrange(torch.stack([t.b_Q, t.b_K, t.b_V]), "qkv h e -> (qkv h e)")
-        )
-        qkv = _linear(h, W_qkv, b_qkv).view(M * B, P, 3, H, dh)
-        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # each [rows, head, pos, d_head]
-        if keep_kv:
-            kv.append((k, v))
-        z = _attention(
-            q,
-            k,
-            v,
-            None if past is None else past[layer - start_at_layer],
-            past_repeat,
-            hooks.get((layer, "pattern")),
-            layer,
-        )
-        z = z.transpose(1, 2)  # [M*B, P, H, dh], TransformerLens's hook_z layout
+        if layer == start_at_layer and start_z is not None:
+            z = start_z.clone()  # the hooks below may edit it in place; it is the caller's
+        elif layer in replaced:
+            z = x.new_zeros(B, P, H, dh)
+        else:
+            z = _layer_attention(
+                x,
+                blk,
+                a,
+                layer,
+                cfg,
+                past,
+                past_repeat,
+                start_at_layer,
+                hooks,
+                kv if keep_kv else None,
+            )
+        if keep_kv and len(kv) < layer + 1 - start_at_layer:
+            kv.append(None)
         for name, fn in hooks.get((layer, "z"), ()):
             z = z.contiguous()  # a hook may edit it in place and return None, as in TransformerLens
             out = fn(z, hook=_Hook(name, layer))
@@ -199,7 +251,7 @@ def forward(
         mlp = [b.mlp for b in blk]
         h = act(_linear(h, _stack(mlp, lambda t: t.W_in), _stack(mlp, lambda t: t.b_in)))
         x = x + _linear(h, _stack(mlp, lambda t: t.W_out), _stack(mlp, lambda t: t.b_out))
-    if stop < cfg.n_layers:
+    if stop_at_layer is not None:  # as in TransformerLens, even at n_layers: the residual stream
         x = x[0] if single else x
         return (x, kv) if keep_kv else x
     if positions is not None:
@@ -212,6 +264,38 @@ def forward(
     )
     logits = logits[0] if single else logits
     return (logits, kv) if keep_kv else logits
+
+
+def _layer_attention(x, blk, a, layer, cfg, past, past_repeat, start, hooks, kv) -> torch.Tensor:
+    """One layer's attention: LN1, Q, K and V of every head in one GEMM, causal attention onto
+    the past and the new positions; z in TransformerLens's hook_z layout [rows, pos, head,
+    d_head]. Appends the new positions' keys and values to `kv` unless it is None."""
+    M, B, P = x.shape[:3]
+    H, dh, ln = cfg.n_heads, cfg.d_head, cfg.normalization_type == "LN"
+    w1 = _stack(blk, lambda b: b.ln1.w) if ln else None
+    b1 = _stack(blk, lambda b: b.ln1.b) if ln else None
+    h = _norm(x, w1, b1, cfg.eps)
+    # Q, K and V of every head as one [d_model, 3 * H * d_head] matrix: one GEMM per layer.
+    W_qkv = _stack(
+        a, lambda t: rearrange(torch.stack([t.W_Q, t.W_K, t.W_V]), "qkv h d e -> d (qkv h e)")
+    )
+    b_qkv = _stack(
+        a, lambda t: rearrange(torch.stack([t.b_Q, t.b_K, t.b_V]), "qkv h e -> (qkv h e)")
+    )
+    qkv = _linear(h, W_qkv, b_qkv).view(M * B, P, 3, H, dh)
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # each [rows, head, pos, d_head]
+    if kv is not None:
+        kv.append((k, v))
+    z = _attention(
+        q,
+        k,
+        v,
+        None if past is None else past[layer - start],
+        past_repeat,
+        hooks.get((layer, "pattern")),
+        layer,
+    )
+    return z.transpose(1, 2)
 
 
 def _attention(q, k, v, past, repeat: int, pattern_hooks, layer: int) -> torch.Tensor:

@@ -19,11 +19,22 @@ def a1_resid_stack(
 ) -> Float[torch.Tensor, "layer batch d_model"]:
     """The residual stream at position `pos` after the embedding and after every block
     (TransformerLens's `accumulated_resid`): what the logit lens and the representation
-    statistics read."""
-    _, cache = model.run_with_cache(
-        tokens, names_filter=lambda n: n.endswith(("resid_pre", "resid_post"))
-    )
-    return cache.accumulated_resid(pos_slice=pos)
+    statistics read. Causal attention: the tokens after `pos` are not run."""
+    from . import fused
+
+    tokens = tokens[:, : pos + 1]
+    if not fused.stands_in(model):
+        _, cache = model.run_with_cache(
+            tokens, names_filter=lambda n: n.endswith(("resid_pre", "resid_post"))
+        )
+        return cache.accumulated_resid(pos_slice=pos)
+    stack = []
+    hooks = [
+        (f"blocks.{layer}.hook_resid_pre", lambda x, hook: stack.append(x[:, pos]))
+        for layer in range(model.cfg.n_layers)
+    ]
+    last = fused.forward(model, tokens, fwd_hooks=hooks, stop_at_layer=model.cfg.n_layers)
+    return torch.stack(stack + [last[:, pos]])
 
 
 def lens_metrics(

@@ -78,6 +78,9 @@ class Intervention(Protocol):
         """TransformerLens hooks for a forward pass whose rows are these eval examples and whose
         first position is `offset`."""
 
+    # Optional: `replaced_layers(n_heads) -> set[int]`, the layers whose every head's hook_z the
+    # hooks overwrite; their attention is then computed only where a metric reads it.
+
 
 def resolve_eval_groups(spec, n_bases: int) -> int:
     """'auto' (all groups up to 100, else a seeded 100), 'all', or a count."""
@@ -184,16 +187,18 @@ def evaluate_branches(
     model,
     es: EvalSet,
     interventions: list[Intervention | None],
-    from_layer: int = 0,
+    from_layer: int | list[int] = 0,
     trunk: Intervention | None = None,
     max_rows: int = MAX_ROWS,
 ) -> list[EvalRow]:
-    """`evaluate` under each of `interventions`, sharing the layers below `from_layer`.
+    """`evaluate` under each of `interventions`, sharing the work they have in common.
 
-    Every intervention must act on the layers below `from_layer` exactly as `trunk` does (None:
-    not at all). Those layers then run once per chunk, for all of them (the trunk: its three
-    passes' residual streams entering `from_layer` and its keys and values below it); each
-    intervention runs only the layers from `from_layer` on. Equal to one `evaluate` each.
+    `from_layer`: per intervention (or one for all), the layer below which it acts on the model
+    exactly as `trunk` does (None: not at all). Per chunk, one trunk run computes those layers
+    once for all of them, and layer l's attention too (it reads only the residual stream
+    entering l): each intervention then runs from layer l's `hook_z` on, starting from the
+    trunk's residual stream and z there. Layers whose every head an intervention overwrites
+    (`replaced_layers`) compute no attention where nothing reads it. Equal to one `evaluate` each.
     """
     from . import fused
 
@@ -202,21 +207,34 @@ def evaluate_branches(
             "evaluate needs a model built from a ModelConfig (pre-LN or no norm, standard positions)"
         )
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    if not 0 <= from_layer < L:
-        raise SelectorLensError(f"from_layer {from_layer} out of range: layers 0..{L - 1}")
+    starts = [from_layer] * len(interventions) if isinstance(from_layer, int) else from_layer
+    if len(starts) != len(interventions):
+        raise SelectorLensError(
+            f"{len(starts)} from_layer values for {len(interventions)} branches"
+        )
+    for start in starts:
+        if not 0 <= start < L:
+            raise SelectorLensError(f"from_layer {start} out of range: layers 0..{L - 1}")
     task, N, T = es.task, len(es.tokens), es.task.target_length
     lay = _layout(es, max_rows, [trunk, *interventions])
     tots = [_Totals.start(L, H, len(es.groups)) for _ in interventions]
+    shared = len(interventions) > 1 or max(starts, default=0) > 0
     trunk_attn = torch.zeros(L, H, dtype=torch.float64)
     for lo in range(0, N, lay.chunk):
         ex = torch.arange(lo, min(N, lo + lay.chunk))
         inputs = _pass_tokens(es, ex, lay)
-        if from_layer > 0:
-            inputs = _passes(model, es, ex, lay, trunk, trunk_attn, inputs, 0, from_layer)
-        for tot, intervention in zip(tots, interventions):
-            logits = _passes(model, es, ex, lay, intervention, tot.attn, inputs, from_layer, L)
+        if shared:  # per start layer: the trunk's three passes' residual streams and z there
+            at = _passes(model, es, ex, lay, trunk, trunk_attn, inputs, capture=set(starts))
+        for tot, intervention, start in zip(tots, interventions, starts):
+            if shared:
+                logits = _passes(model, es, ex, lay, intervention, tot.attn, *at[start], start)
+            else:
+                logits = _passes(model, es, ex, lay, intervention, tot.attn, inputs)
             tot.add(es, ex, *logits)
-    return [tot.row(task, N, T, trunk_attn, es.deranged is not None) for tot in tots]
+    if shared:  # the trunk's attention up to each start layer is its branches'
+        for tot, start in zip(tots, starts):
+            tot.attn[: start + 1] += trunk_attn[: start + 1]
+    return [tot.row(task, N, T, es.deranged is not None) for tot in tots]
 
 
 @dataclass
@@ -265,8 +283,8 @@ class _Totals:
             tot["cand_ok"] += ok.sum().item()
             self.group_correct.index_add_(0, es.group_pos[ex], ok.long())
 
-    def row(self, task: SelectorTask, N: int, T: int, trunk_attn, has_dz: bool) -> EvalRow:
-        tot, attn = self.sums, self.attn + trunk_attn
+    def row(self, task: SelectorTask, N: int, T: int, has_dz: bool) -> EvalRow:
+        tot, attn = self.sums, self.attn
         out: EvalRow = {
             "loss": tot["loss"] / (N * (T + 1)),
             "first_target_loss": tot["first"] / N,
@@ -278,10 +296,6 @@ class _Totals:
             "group_correct": self.group_correct.tolist() if task.has_candidates else None,
         }
         return out
-
-
-def _hooks(intervention, rows, offset: int) -> list:
-    return intervention.hooks(rows, offset) if intervention is not None else []
 
 
 def _pass_tokens(es: EvalSet, ex, lay: _Layout) -> tuple[Tensor, Tensor, Tensor]:
@@ -297,56 +311,99 @@ def _pass_tokens(es: EvalSet, ex, lay: _Layout) -> tuple[Tensor, Tensor, Tensor]
     return first, rest, cand[:, :, :T].reshape(-1, T)
 
 
-def _passes(model, es: EvalSet, ex, lay: _Layout, intervention, attn, inputs, start, stop):
-    """The three passes over examples `ex` through layers [start, stop), on `inputs` (their
-    tokens when start is 0, else their residual streams entering `start`). The a1 position's
-    attention to z in these layers is added into `attn` [layer, head]. Returns the passes'
-    residual streams entering `stop`, or, at the last layer, the logits of the prefix's last
-    position (one row per prefix row) and of every candidate token ([n x C] rows)."""
+def _passes(
+    model,
+    es: EvalSet,
+    ex,
+    lay: _Layout,
+    intervention,
+    attn,
+    inputs,
+    start_z=None,
+    start=0,
+    capture=(),
+):
+    """The three passes over examples `ex` from layer `start`, on `inputs` (their tokens, or
+    their residual streams entering `start`); `start_z`: per pass, layer
+    start's z from a trunk run (`fused.forward`). The a1 position's attention to z in the layers
+    run is added into `attn` [layer, head]. Returns the logits of the prefix's last position
+    (one row per prefix row) and of every candidate token ([n x C] rows); with `capture`
+    (layers), stops after the last of them and returns per captured layer the passes'
+    residual streams entering it and their z there (before `intervention` edits it)."""
     from . import fused
 
     device, S, zpos = next(model.parameters()).device, es.task.source_length, es.task.z_positions
-    r, C = lay.r, es.candidates.shape[1]
-    run = dict(start_at_layer=start, stop_at_layer=stop)
+    r, C, L = lay.r, es.candidates.shape[1], model.cfg.n_layers
+    stop = max(capture) + 1 if capture else L
+    kept = {layer: ([], []) for layer in capture}
+
+    def hooks(rows, offset):
+        out = []
+        for layer in capture:  # first, so they see z before the intervention's edits
+            out.append(
+                (f"blocks.{layer}.hook_resid_pre", lambda x, hook: kept[hook.layer()][0].append(x))
+            )
+            out.append(
+                (
+                    f"blocks.{layer}.attn.hook_z",
+                    lambda z, hook: kept[hook.layer()][1].append(z.clone()),
+                )
+            )
+        return out + (intervention.hooks(rows, offset) if intervention is not None else [])
+
+    start_z = start_z or (None, None, None)
+    run = dict(start_at_layer=start, stop_at_layer=stop if capture else None)
     heads_of = ex[:: lay.per_group]  # one row per group, or per example
     out0, kv0 = fused.forward(
         model,
         inputs[0].to(device),
-        fwd_hooks=_hooks(intervention, heads_of, 0),
+        fwd_hooks=hooks(heads_of, 0),
         positions=slice(0, 0),
         keep_kv=True,
+        start_z=start_z[0],
         **run,
     )
-    hooks = _hooks(intervention, ex.repeat_interleave(r), lay.split)
+    hooks1 = hooks(ex.repeat_interleave(r), lay.split)
     if zpos:
 
         def grab(pattern, hook):
             attn[hook.layer()] += pattern[::r, :, -1, zpos].sum((0, 2)).double().cpu()
 
-        hooks += [(f"blocks.{layer}.attn.hook_pattern", grab) for layer in range(start, stop)]
+        hooks1 += [(f"blocks.{layer}.attn.hook_pattern", grab) for layer in range(start, stop)]
     out1, kv1 = fused.forward(
         model,
         inputs[1].to(device),
         past=kv0,
         past_repeat=lay.per_group * r,
-        fwd_hooks=hooks,
+        fwd_hooks=hooks1,
         positions=slice(-1, None),
         keep_kv=True,
+        start_z=start_z[1],
         **run,
     )
     prefix_kv = [  # the shared positions repeated per example, then the example's clean rows
-        (
-            torch.cat([k0.repeat_interleave(lay.per_group, 0), k1[::r]], 2),
-            torch.cat([v0.repeat_interleave(lay.per_group, 0), v1[::r]], 2),
+        None
+        if a is None or b is None
+        else (
+            torch.cat([a[0].repeat_interleave(lay.per_group, 0), b[0][::r]], 2),
+            torch.cat([a[1].repeat_interleave(lay.per_group, 0), b[1][::r]], 2),
         )
-        for (k0, v0), (k1, v1) in zip(kv0, kv1)
+        for a, b in zip(kv0, kv1)
     ]
+    # The candidates' attention is read by nothing in a layer whose heads are all overwritten.
+    replaced = getattr(intervention, "replaced_layers", lambda n_heads: ())(model.cfg.n_heads)
+    first = start + (start_z[2] is not None)  # layer start's z is given
+    replaced = {layer for layer in replaced if first <= layer < stop and layer not in capture}
     out2 = fused.forward(
         model,
         inputs[2].to(device),
         past=prefix_kv,
         past_repeat=C,
-        fwd_hooks=_hooks(intervention, ex.repeat_interleave(C), S),
+        fwd_hooks=hooks(ex.repeat_interleave(C), S),
+        start_z=start_z[2],
+        replaced=replaced,
         **run,
     )
-    return (out0, out1, out2) if stop < model.cfg.n_layers else (out1, out2)
+    if capture:
+        return {layer: (tuple(x), tuple(z)) for layer, (x, z) in kept.items()}
+    return out1, out2

@@ -6,7 +6,7 @@ the same metrics, computed the same way (cached prefix, all K candidates), as th
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -58,6 +58,11 @@ class HeadAblation:
     def per_example(self) -> bool:
         """Resampling differs per example; zero and mean act alike on a group's shared prefix."""
         return self.mode == "resample"
+
+    def replaced_layers(self, n_heads: int) -> set[int]:
+        """The layers all of whose heads are ablated: nothing of their attention survives."""
+        counts = Counter(layer for layer, _ in set(self.heads))
+        return {layer for layer, n in counts.items() if n == n_heads}
 
     def hooks(self, examples: Int[Tensor, " rows"], offset: int) -> list[tuple[str, Callable]]:
         by_layer = defaultdict(list)
@@ -204,9 +209,10 @@ def _stored_table(run, head_sets, mode, steps, keep_only, seed, recompute):
 
 def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
     """One row per step x head set. Each checkpoint is loaded once and every head's mean /
-    resample source comes from one clean pass. Head sets are batched by their lowest layer l:
-    below l they all act alike (clean for necessity; every head ablated for `keep_only`), so
-    those layers run once per checkpoint for the batch, and each set runs only layers l on
+    resample source comes from one clean pass. Below its lowest layer l, each set acts as one
+    trunk does (clean for necessity; every head ablated for `keep_only`), so one trunk run per
+    checkpoint serves them all, and each set runs only from layer l's hook_z on; with
+    `keep_only` the layers above l, all ablated, compute no attention for the candidates
     (`metrics.evaluate_branches`; equal to one evaluation per set)."""
     import pandas as pd
 
@@ -218,9 +224,6 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
     if not all(head_sets):
         raise SelectorLensError("no heads to ablate")
     every = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
-    batches = defaultdict(list)  # lowest layer -> indices of the head sets
-    for i, heads in enumerate(head_sets):
-        batches[min(layer for layer, _ in heads)].append(i)
     es = run.eval_set()
     stored = {r["step"]: r for r in run.metric_rows()}
     rows = []
@@ -231,21 +234,16 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
         def ablation(targets):
             return HeadAblation(targets, mode, {t: sources[t] for t in targets if t in sources})
 
-        ablated = {}
-        for layer, members in batches.items():
-            below = [(l, h) for l, h in every if l < layer] if keep_only else []
-            targets = [
-                [x for x in every if x not in head_sets[i]] if keep_only else head_sets[i]
-                for i in members
-            ]
-            results = evaluate_branches(
-                model,
-                es,
-                [ablation(t) for t in targets],
-                from_layer=layer,
-                trunk=ablation(below) if below else None,
-            )
-            ablated.update(zip(members, results))
+        targets = [
+            [x for x in every if x not in heads] if keep_only else heads for heads in head_sets
+        ]
+        ablated = evaluate_branches(
+            model,
+            es,
+            [ablation(t) for t in targets],
+            from_layer=[min(layer for layer, _ in heads) for heads in head_sets],
+            trunk=ablation(every) if keep_only else None,
+        )
         for i, heads in enumerate(head_sets):
             row = {
                 "step": step,

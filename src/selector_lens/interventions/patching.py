@@ -5,10 +5,13 @@ returns the metric for each, shaped like `transformer_lens.patching` returns it
 ([n_layers, pos] for residual sites, [n_layers, pos, n_heads] for `z`). Patches are batched:
 several patched copies of the corrupted batch go through one forward pass, which starts at the
 patched layer from the corrupted run's residual stream (the layers below are the same for all).
+At the sites `fused.forward` has hook points for (resid_pre, z) the pass also starts at the
+patched position (`_patch_windows`).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,6 +20,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from .. import fused
 from ..errors import SelectorLensError
 
 SITES = {
@@ -71,6 +75,22 @@ def patch(
     device = next(model.parameters()).device
     clean_tokens, corrupt_tokens = clean_tokens.to(device), corrupt_tokens.to(device)
     names = [f"blocks.{layer}.{SITES[site]}" for layer in range(L)]
+    if site in ("resid_pre", "z") and fused.stands_in(model):  # hook points fused.forward has
+        out = _patch_windows(
+            model, clean_tokens, corrupt_tokens, names, metric, index, patches_per_pass
+        )
+    else:
+        out = _patch_hooked(
+            model, clean_tokens, corrupt_tokens, names, metric, index, patches_per_pass
+        )
+    shape = (L,) + (() if at_once else (len(positions),)) + ((len(heads),) if site == "z" else ())
+    return out.view(shape)
+
+
+def _patch_hooked(model, clean_tokens, corrupt_tokens, names, metric, index, per_pass):
+    """`patch` through the HookedTransformer: per layer, `per_pass` patched copies of the
+    corrupted batch in one forward pass from that layer."""
+    L, B = len(names), len(corrupt_tokens)
     _, cache = model.run_with_cache(clean_tokens, names_filter=set(names).__contains__)
     starts = [f"blocks.{layer}.hook_resid_pre" for layer in range(L)]
     _, corrupt = model.run_with_cache(corrupt_tokens, names_filter=set(starts).__contains__)
@@ -80,8 +100,8 @@ def patch(
         # a patch at layer l leaves the layers below it corrupted: start there (TransformerLens's
         # start_at_layer) from the corrupted run's residual stream
         start = corrupt[starts[l]]
-        for lo in range(0, len(index), patches_per_pass):
-            chunk = index[lo : lo + patches_per_pass]
+        for lo in range(0, len(index), per_pass):
+            chunk = index[lo : lo + per_pass]
 
             def hook(act, hook, chunk=chunk, clean=clean):
                 act = act.view(len(chunk), B, *act.shape[1:])
@@ -98,8 +118,58 @@ def patch(
             logits = logits.view(len(chunk), B, *logits.shape[1:])
             for i in range(len(chunk)):
                 out[l, lo + i] = float(metric(logits[i]))
-    shape = (L,) + (() if at_once else (len(positions),)) + ((len(heads),) if site == "z" else ())
-    return out.view(shape)
+    return out
+
+
+def _patch_windows(model, clean_tokens, corrupt_tokens, names, metric, index, per_pass):
+    """`patch` through `fused.forward`, running only what a patch can change. Causal attention:
+    a patch whose first position is p leaves every earlier position as the corrupted run has it
+    at every layer, so its pass starts at its layer and at position p, attending to the
+    corrupted run's keys and values before p, and its logits before p are the corrupted run's.
+    The patches of one position share that past (example-major rows)."""
+    L, B = len(names), len(corrupt_tokens)
+    clean, starts = {}, {}
+
+    def keep(act, hook):
+        clean[hook.layer()] = act.clone()
+
+    def keep_start(x, hook):
+        starts[hook.layer()] = x
+
+    fused.forward(model, clean_tokens, fwd_hooks=[(n, keep) for n in names], positions=slice(0, 0))
+    pre = [(f"blocks.{layer}.hook_resid_pre", keep_start) for layer in range(L)]
+    corrupt_logits, kv = fused.forward(model, corrupt_tokens, fwd_hooks=pre, keep_kv=True)
+    by_start = defaultdict(list)  # first patched position -> indices into `index`
+    for i, (ps, _) in enumerate(index):
+        by_start[min(ps)].append(i)
+    out = torch.zeros(L, len(index))
+    for l, name in enumerate(names):
+        for p0, members in by_start.items():
+            past = [(k[:, :, :p0], v[:, :, :p0]) for k, v in kv[l:]] if p0 else None
+            for lo in range(0, len(members), per_pass):
+                chunk = members[lo : lo + per_pass]
+                n = len(chunk)
+
+                def hook(act, hook, chunk=chunk, l=l, p0=p0, n=n):
+                    a = act.view(B, n, *act.shape[1:])  # row e * n + j: example e, patch j
+                    for j, i in enumerate(chunk):
+                        ps, h = index[i]
+                        at = [p - p0 for p in ps]
+                        if h is None:
+                            a[:, j, at] = clean[l][:, ps]
+                        else:
+                            a[:, j, at, h] = clean[l][:, ps, h]
+                    return act
+
+                x = starts[l][:, p0:].repeat_interleave(n, 0)
+                logits = fused.forward(
+                    model, x, past=past, past_repeat=n, start_at_layer=l, fwd_hooks=[(name, hook)]
+                )
+                logits = logits.view(B, n, *logits.shape[1:])
+                for j, i in enumerate(chunk):
+                    full = torch.cat([corrupt_logits[:, :p0], logits[:, j]], 1)
+                    out[l, i] = float(metric(full))
+    return out
 
 
 @dataclass
@@ -154,9 +224,10 @@ def normalized_logit_diff(model, corruption: ZCorruption):
     Ill-conditioned when the two are close (a model that ignores z); `.clean` and `.corrupt`
     on the returned callable hold them so a reader can see the denominator.
     """
-    device = next(model.parameters()).device
-    clean = logit_diff(model(corruption.clean.to(device)), corruption).item()
-    corrupt = logit_diff(model(corruption.corrupt.to(device)), corruption).item()
+    device, upto = next(model.parameters()).device, corruption.pos + 1  # causal: read at pos
+    run = (lambda t: fused.forward(model, t)) if fused.stands_in(model) else model
+    clean = logit_diff(run(corruption.clean[:, :upto].to(device)), corruption).item()
+    corrupt = logit_diff(run(corruption.corrupt[:, :upto].to(device)), corruption).item()
 
     def metric(logits):
         return (logit_diff(logits, corruption) - corrupt) / (clean - corrupt)
