@@ -24,7 +24,7 @@ def test_the_paper_preset_keeps_the_papers_settings():
     assert {o.get("eval_every", 50) * o.get("batch_size", 128) for o in batch} == {12_800}
     asym = runs["asymmetry"].values()
     assert sorted((o.get("direction", "bz_to_a"), o["seed"]) for o in asym) == sorted(
-        (d, s) for d in ("bz_to_a", "a_to_b") for s in (42, 43, 44)
+        (d, s) for d in ("bz_to_a", "a_to_b", "az_to_b") for s in (42, 43, 44)
     )
     assert len(runs["seeds"]) >= 3 and all(
         o["k"] == 10 and o["n_bases"] == 1000 for o in runs["seeds"].values()

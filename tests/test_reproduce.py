@@ -11,6 +11,7 @@ from selector_lens import studies, verdicts
 from selector_lens.presets import pool
 from selector_lens.publish import publish
 from selector_lens.studies import reproduce
+from selector_lens.studies.base import _fmt
 
 from tests.helpers import cli
 
@@ -64,6 +65,10 @@ def test_report_numbers_come_from_the_study_outputs(report):
     assert asym["definition"].endswith("0.95") and len(asym["per_seed"]) == 1
     assert len(asym["ratio_by_definition"]) == 4
     assert asym["ratio_by_definition"]["token_acc >= 0.95"] == asym["ratio_mean"]
+    # the paper code's reverse (z kept) is timed beside the one-to-one reverse
+    az = asym["az_to_b_ratio_by_definition"]
+    assert len(az) == 4 and "az_to_b" in asym["per_seed"][0]
+    assert f"az_to_b / bz_to_a = {_fmt(az['token_acc >= 0.95'], '.2f')}" in claims[6]["ours"]
     sharing = json.loads((root / "sharing" / "sharing.json").read_text())
     assert [r["z_groups"] for r in sharing["runs"]] == [1, 4]
     eight = [c for c in summary["claims"] if c["number"] == 8]

@@ -810,7 +810,9 @@ def reproduce(
 )
 def study(
     name: str = typer.Argument(
-        ..., help="marginal_first | scaling | collective | noise | geometry | asymmetry | cascade"
+        ...,
+        help="marginal_first | scaling | collective | noise | geometry | asymmetry | cascade | "
+        "sharing",
     ),
     scale: str = typer.Option("cpu", help="cpu | paper | tiny (see `reproduce`)."),
     root: RootOpt = None,

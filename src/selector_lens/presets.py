@@ -119,13 +119,13 @@ PRESETS = {
             },
             "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [1, 2, 3]},
         },
-        "paper": {
+        "paper": {  # az_to_b: the reverse the paper's code runs (z kept, redundant)
             "base": {"k": 10, "n_bases": 1000},
-            "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [42, 43, 44]},
+            "grid": {"direction": ["bz_to_a", "a_to_b", "az_to_b"], "seed": [42, 43, 44]},
         },
         "tiny": {
             "base": TINY_RUN,
-            "grid": {"direction": ["bz_to_a", "a_to_b"], "seed": [1]},
+            "grid": {"direction": ["bz_to_a", "a_to_b", "az_to_b"], "seed": [1]},
         },
     },
     # the K = 10 baseline again with the paper code's dataset, init and batch order (parity.py);

@@ -93,10 +93,12 @@ def noise_taus(lr, batch) -> go.Figure:
     return fig
 
 
-def waiting_times(rows: list[dict], mean_ratio: float | None, solved_acc: float) -> go.Figure:
+def waiting_times(
+    rows: list[dict], mean_ratio: float | None, solved_acc: float, reverses=("a_to_b",)
+) -> go.Figure:
     """Claim 6: per seed, the steps each direction takes to reach `solved_acc` token accuracy."""
     fig = go.Figure()
-    for direction in ("bz_to_a", "a_to_b"):
+    for direction in ("bz_to_a", *reverses):
         fig.add_bar(
             x=[str(r["seed"]) for r in rows], y=[r[direction] for r in rows], name=direction
         )
