@@ -8,7 +8,7 @@ from selector_lens.runs import run_table
 from selector_lens import rundir
 from selector_lens.config import from_options
 from selector_lens.sweep import SweepSpec, run_point, run_sweep
-from selector_lens.transition import scaling_fits
+from selector_lens.transition import nominal_d, scaling_fits
 from tests.helpers import train_until_killed
 
 TINY = {
@@ -129,12 +129,15 @@ def test_scaling_fits_on_an_exact_law():
     rows = [
         {"run": f"r{i}", "k": k, "D": d, "tau": 0.05 * d**1.2}
         for i, (k, d) in enumerate(
-            [(3, 300), (5, 1000), (10, 1000), (20, 1000), (10, 4000), (10, 10000)]
+            [(3, 300), (5, 1000), (10, 1000), (20, 1000), (10, 4000), (10, 10000), (36, 10008)]
         )
     ]
     fits = scaling_fits(pd.DataFrame(rows))
     assert fits["tau_vs_D"]["alpha"] == pytest.approx(1.2)
     assert fits["tau_vs_K"][1000]["alpha"] == pytest.approx(0.0, abs=1e-9)
+    # K = 36 at D = 10,000 has 278 bases (10,008 examples): the same fixed-D series as K = 10
+    assert fits["tau_vs_K"][10000]["n"] == 2 and set(fits["tau_vs_K"]) == {1000, 10000}
+    assert nominal_d(10008) == 10000 and nominal_d(1250) == 1250 and nominal_d(20016) == 20000
     assert fits["k_beyond_D"] == pytest.approx(0.0, abs=1e-9)
 
 

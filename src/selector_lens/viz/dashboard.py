@@ -6,6 +6,7 @@ import html
 import json
 from pathlib import Path
 
+from ..transition import nominal_d
 from . import figures
 
 
@@ -97,7 +98,7 @@ def sweep_dashboard(root, out) -> Path:
             "<p class='note'>No fit: fewer than two dataset sizes D with a transition.</p>"
         )
     blocks.append(figures.tau_vs_d(table, fit))
-    if (done.groupby("D").k.nunique() >= 2).any():
+    if (done.groupby(done.D.map(nominal_d)).k.nunique() >= 2).any():
         blocks.append(figures.tau_vs_k(table))
     cols = [
         "run",

@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..transition import group_crossing_steps
+from ..transition import group_crossing_steps, nominal_d
 
 DZ_FLOOR = 1e-4  # Δz is drawn on a log axis: values below this (or negative) sit at the floor
 
@@ -383,7 +383,7 @@ def tau_vs_k(table) -> go.Figure:
     """τ against K at each fixed D that has at least two K (the paper: flat)."""
     done = table[table.tau.notna()]
     fig = go.Figure()
-    for d, part in done.groupby("D"):
+    for d, part in done.groupby(done.D.map(nominal_d)):
         if part.k.nunique() >= 2:
             part = part.sort_values("k")
             fig.add_scatter(x=part.k, y=part.tau, mode="lines+markers", name=f"D={d}")
