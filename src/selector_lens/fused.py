@@ -56,10 +56,10 @@ def keep_freed_memory() -> bool:
     """Have glibc's malloc keep freed memory for the next allocation (once per process).
 
     A forward pass frees and reallocates activations of ~16 MB, which glibc by default returns to
-    the OS and takes back page by page: 1.5 M page faults in one `find_routing_head` of the
-    K = 10 run, 0.14 M with these options, and 6-11% less time (benchmarks/). The process then
-    keeps up to 1 GiB of freed memory. Skipped where malloc is not glibc's or the user set
-    MALLOC_* / GLIBC_TUNABLES; returns whether the options are in force.
+    the OS and takes back page by page: 0.7-1.5 M page faults in one `find_routing_head` of the
+    K = 10 run, 0.15 M with these options, and about 10% less time; the training step gains too
+    (benchmarks/). The process then keeps up to 1 GiB of freed memory. Skipped where malloc is
+    not glibc's or the user set MALLOC_* / GLIBC_TUNABLES; returns whether the options are on.
     """
     global _malloc_tuned
     if _malloc_tuned is None:
@@ -158,8 +158,9 @@ def forward(
     copying it). `positions`: the positions to unembed (`out_pos`; default all). With `keep_kv`,
     also the keys and values of the new positions, per layer run ([models x batch] rows).
     As in TransformerLens, `start_at_layer` takes the residual stream entering that layer in
-    place of tokens (at layer 0 too), and `stop_at_layer` returns the residual stream entering that layer (every
-    position) in place of logits: runs that agree below a layer share those layers' work.
+    place of tokens (at layer 0 too), and `stop_at_layer` returns the residual stream entering
+    that layer (every position; at n_layers, the last block's output) in place of logits: runs
+    that agree below a layer share those layers' work.
 
     Two ways to skip attention that nothing would read (one model only; such a layer's pattern
     hooks are not called and its keys and values are None): `start_z` is the first layer's
@@ -176,7 +177,7 @@ def forward(
         if hooked(m):
             raise SelectorLensError(
                 "the model has TransformerLens hooks attached, which fused.forward would skip; "
-                "pass them as fwd_hooks (hook_z / hook_pattern) or remove them"
+                "pass them as fwd_hooks (hook_resid_pre / hook_z / hook_pattern) or remove them"
             )
     cfg = models[0].cfg
     M, B, P = tokens.shape[:3]
