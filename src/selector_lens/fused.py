@@ -226,18 +226,11 @@ def forward(
         elif layer in replaced:
             z = x.new_zeros(B, P, H, dh)
         else:
-            z = _layer_attention(
-                x,
-                blk,
-                a,
-                layer,
-                cfg,
-                past,
-                past_repeat,
-                start_at_layer,
-                hooks,
-                kv if keep_kv else None,
-            )
+            layer_past = None if past is None else past[layer - start_at_layer]
+            pattern_hooks = hooks.get((layer, "pattern"))
+            z, new_kv = _layer_attention(x, blk, cfg, layer_past, past_repeat, pattern_hooks, layer)
+            if keep_kv:
+                kv.append(new_kv)
         if keep_kv and len(kv) < layer + 1 - start_at_layer:
             kv.append(None)
         for name, fn in hooks.get((layer, "z"), ()):
@@ -267,12 +260,13 @@ def forward(
     return (logits, kv) if keep_kv else logits
 
 
-def _layer_attention(x, blk, a, layer, cfg, past, past_repeat, start, hooks, kv) -> torch.Tensor:
+def _layer_attention(x, blk, cfg, past, past_repeat: int, pattern_hooks, layer: int):
     """One layer's attention: LN1, Q, K and V of every head in one GEMM, causal attention onto
-    the past and the new positions; z in TransformerLens's hook_z layout [rows, pos, head,
-    d_head]. Appends the new positions' keys and values to `kv` unless it is None."""
+    `past` and the new positions. Returns z in TransformerLens's hook_z layout [rows, pos, head,
+    d_head] and the new positions' keys and values."""
     M, B, P = x.shape[:3]
     H, dh, ln = cfg.n_heads, cfg.d_head, cfg.normalization_type == "LN"
+    a = [b.attn for b in blk]
     w1 = _stack(blk, lambda b: b.ln1.w) if ln else None
     b1 = _stack(blk, lambda b: b.ln1.b) if ln else None
     h = _norm(x, w1, b1, cfg.eps)
@@ -285,18 +279,8 @@ def _layer_attention(x, blk, a, layer, cfg, past, past_repeat, start, hooks, kv)
     )
     qkv = _linear(h, W_qkv, b_qkv).view(M * B, P, 3, H, dh)
     q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # each [rows, head, pos, d_head]
-    if kv is not None:
-        kv.append((k, v))
-    z = _attention(
-        q,
-        k,
-        v,
-        None if past is None else past[layer - start],
-        past_repeat,
-        hooks.get((layer, "pattern")),
-        layer,
-    )
-    return z.transpose(1, 2)
+    z = _attention(q, k, v, past, past_repeat, pattern_hooks, layer)
+    return z.transpose(1, 2), (k, v)
 
 
 def _attention(q, k, v, past, repeat: int, pattern_hooks, layer: int) -> torch.Tensor:

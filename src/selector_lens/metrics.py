@@ -383,7 +383,7 @@ def _passes(
     )
     prefix_kv = [  # the shared positions repeated per example, then the example's clean rows
         None
-        if a is None or b is None
+        if a is None  # layer start, whose z was given: no keys or values in either pass
         else (
             torch.cat([a[0].repeat_interleave(lay.per_group, 0), b[0][::r]], 2),
             torch.cat([a[1].repeat_interleave(lay.per_group, 0), b[1][::r]], 2),

@@ -224,6 +224,8 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
     if not all(head_sets):
         raise SelectorLensError("no heads to ablate")
     every = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+    targets = [[x for x in every if x not in hs] if keep_only else hs for hs in head_sets]
+    starts = [min(layer for layer, _ in heads) for heads in head_sets]
     es = run.eval_set()
     stored = {r["step"]: r for r in run.metric_rows()}
     rows = []
@@ -231,17 +233,14 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
         clean = stored.get(step) or evaluate(model, es)
         sources = head_ablation(model, es, every, mode, seed).values
 
-        def ablation(targets):
-            return HeadAblation(targets, mode, {t: sources[t] for t in targets if t in sources})
+        def ablation(heads):
+            return HeadAblation(heads, mode, {t: sources[t] for t in heads if t in sources})
 
-        targets = [
-            [x for x in every if x not in heads] if keep_only else heads for heads in head_sets
-        ]
         ablated = evaluate_branches(
             model,
             es,
             [ablation(t) for t in targets],
-            from_layer=[min(layer for layer, _ in heads) for heads in head_sets],
+            from_layer=starts,
             trunk=ablation(every) if keep_only else None,
         )
         for i, heads in enumerate(head_sets):
