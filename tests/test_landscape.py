@@ -50,7 +50,7 @@ def test_power_iteration_and_lanczos_find_the_extreme_eigenvalues(small):
     lam, vec = ls.power_iteration(curv, iters=500, tol=1e-7)
     assert lam == pytest.approx(float(eig[-1]), rel=1e-3)
     assert float(vec.double() @ H @ vec.double()) == pytest.approx(float(eig[-1]), rel=1e-3)
-    vals, vecs = ls.lanczos(curv, iters=120)
+    vals, vecs, _ = ls.lanczos(curv, iters=120)
     assert float(vals[-1]) == pytest.approx(float(eig[-1]), rel=1e-4)
     assert float(vals[0]) == pytest.approx(float(eig[0]), rel=1e-3, abs=1e-5)
     assert eig[0] < 0 < eig[-1]  # a random point of this loss is a saddle: both ends are seen
@@ -59,6 +59,25 @@ def test_power_iteration_and_lanczos_find_the_extreme_eigenvalues(small):
     # shifted power iteration reaches the other end too
     low, _ = ls.power_iteration(curv, iters=3000, shift=float(eig[-1]), tol=1e-9)
     assert low == pytest.approx(float(eig[0]), rel=2e-2, abs=1e-4)
+
+
+def test_ritz_extremes_are_what_fewer_lanczos_steps_find(small):
+    """The trace of λmin / λmax by step: the ends of a shorter run with the same start vector,
+    moving outward (interlacing), ending at the full run's ends."""
+    model, x, H = small
+    curv = ls.Curvature(model.parameters(), lambda: ls.target_loss(model, x, FIRST))
+    vals, _, T = ls.lanczos(curv, iters=40, seed=3)
+    low, high = ls.ritz_extremes(T)
+    assert len(low) == len(high) == 40
+    assert (low[-1], high[-1]) == pytest.approx((float(vals[0]), float(vals[-1])), rel=1e-12)
+    assert all(b <= a + 1e-9 for a, b in zip(low, low[1:]))
+    assert all(b >= a - 1e-9 for a, b in zip(high, high[1:]))
+    for m in (1, 5, 12):
+        short, _, _ = ls.lanczos(curv, iters=m, seed=3)
+        assert float(short[0]) == pytest.approx(low[m - 1], rel=1e-6, abs=1e-9)
+        assert float(short[-1]) == pytest.approx(high[m - 1], rel=1e-6, abs=1e-9)
+    eig = torch.linalg.eigvalsh(H)
+    assert low[0] > float(eig[0]) and high[0] < float(eig[-1])  # one step sees neither end
 
 
 def test_noise_share_along_the_top_direction_matches_the_exact_projection(small):

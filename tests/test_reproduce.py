@@ -61,6 +61,14 @@ def test_report_numbers_come_from_the_study_outputs(report):
         all(r["sample"] == 24 for r in geo["rows"])
         and f"{geo['rows'][0]['lambda_max']:.3g}" in claims[5]["ours"]
     )
+    # the convergence check: the same checkpoint and sample with more Lanczos steps, whose first
+    # steps are the mid row's (same start vector)
+    (conv,) = geo["convergence"]
+    mid = next(r for r in geo["rows"] if r["phase"] == "mid" and r["run"] == conv["run"])
+    assert len(conv["lambda_min_by_step"]) == 12 and conv["step"] == mid["step"]
+    n = studies.GEOMETRY["tiny"]["lanczos_iters"]
+    assert conv["lambda_min_by_step"][n - 1] == pytest.approx(mid["lambda_min"], rel=1e-5)
+    assert "12 Lanczos steps" in claims[5]["ours"]
     asym = json.loads((root / "asymmetry" / "asymmetry.json").read_text())
     assert asym["definition"].endswith("0.95") and len(asym["per_seed"]) == 1
     assert len(asym["ratio_by_definition"]) == 4

@@ -94,7 +94,8 @@ def power_iteration(
 
 def lanczos(curv: Curvature, iters: int = 30, seed: int = 0):
     """Ritz values (ascending) and vectors [k, n] of H from `iters` Lanczos steps with full
-    reorthogonalisation: the extreme ones converge first, both ends at once."""
+    reorthogonalisation: the extreme ones converge first, both ends at once. Also the k x k
+    tridiagonal T (float64), whose leading blocks are what fewer steps would have found."""
     g = torch.Generator().manual_seed(seed)
     m = min(iters, curv.n)
     Q = torch.zeros(m, curv.n, dtype=torch.float64)
@@ -120,7 +121,15 @@ def lanczos(curv: Curvature, iters: int = 30, seed: int = 0):
         off = torch.tensor(beta[: k - 1], dtype=torch.float64)
         T += torch.diag(off, 1) + torch.diag(off, -1)
     vals, vecs = torch.linalg.eigh(T)
-    return vals, (vecs.T @ Q[:k]).float()
+    return vals, (vecs.T @ Q[:k]).float(), T
+
+
+def ritz_extremes(T: torch.Tensor) -> tuple[list[float], list[float]]:
+    """λmin and λmax after each Lanczos step m = 1..k: the extreme eigenvalues of T's leading m x m
+    block. By interlacing they move outward with m; where they stop moving, more steps would not
+    change them (a convergence check for free: no further Hessian-vector products)."""
+    ends = [torch.linalg.eigvalsh(T[:m, :m]) for m in range(1, len(T) + 1)]
+    return [float(e[0]) for e in ends], [float(e[-1]) for e in ends]
 
 
 def noise_share(curv: Curvature, directions: torch.Tensor, batch_losses, mean=None) -> dict:
@@ -159,7 +168,8 @@ def measure(
     x = tokens[idx]
     curv = Curvature(model.parameters(), lambda: target_loss(model, x, first))
     lam_power, _ = power_iteration(curv, power_iters, seed)
-    vals, vecs = lanczos(curv, lanczos_iters, seed + 1)
+    vals, vecs, T = lanczos(curv, lanczos_iters, seed + 1)
+    low, high = ritz_extremes(T)
     lam_min, lam_lanczos = float(vals[0]), float(vals[-1])
     lam_max = max(
         lam_power, lam_lanczos
@@ -187,6 +197,8 @@ def measure(
         "noise_batch": batches[0].shape[0],
         **share,
         "hvps": curv.calls,
+        "lambda_min_by_step": low,  # Lanczos's λmin after 1, 2, ... steps
+        "lambda_max_by_step": high,
     }
 
 

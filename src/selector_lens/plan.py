@@ -205,7 +205,17 @@ def plan(scale: str, workers: int | None = None, costs: dict | None = None) -> d
     sweep_examples = sum(d if s is None else min(s, d) for s in geo.get("sample_sweep", []))
     batch = base_d.get("batch_size", 128)
     noise = n_ckpt * geo["noise_batches"] * batch * per_ex / 3
-    analyses["geometry"] = hvps * per_ex * (n_ckpt * min(geo["sample"], d) + sweep_examples) + noise
+    conv = {**geo, **geo.get("convergence", {})}
+    conv_hvp_examples = (  # the convergence check: one more measurement, more Lanczos steps
+        (conv["power_iters"] + conv["lanczos_iters"] + 1) * min(conv["sample"], d)
+        if "convergence" in geo
+        else 0
+    )
+    analyses["geometry"] = (
+        hvps * per_ex * (n_ckpt * min(geo["sample"], d) + sweep_examples)
+        + conv_hvp_examples * per_ex
+        + noise
+    )
     studies = {}
     for r in rows:
         s = studies.setdefault(

@@ -186,7 +186,8 @@ PRESETS = {
 
 # Hessian settings (claim 5): on the seeds study's first run at its phases, and (paper) on the
 # K = 20, n_bases = 1000 run; `sample_sweep`: subsample sizes at one checkpoint (mid), up to the
-# whole dataset (None), to see how λmin and the ratio move with the sample.
+# whole dataset (None), to see how λmin and the ratio move with the sample; `convergence`: the
+# same checkpoint once more with other settings (more Lanczos steps), for λmin after each step.
 GEOMETRY = {
     "cpu": {"sample": 512, "power_iters": 20, "lanczos_iters": 20, "top_k": 5, "noise_batches": 8},
     "paper": {
@@ -197,8 +198,16 @@ GEOMETRY = {
         "noise_batches": 16,
         "also": ["k20-nb1000-s42"],
         "sample_sweep": [512, None],
+        "convergence": {"sample": 512, "lanczos_iters": 120},  # its first 30 steps: the 512 row's
     },
-    "tiny": {"sample": 24, "power_iters": 5, "lanczos_iters": 5, "top_k": 2, "noise_batches": 2},
+    "tiny": {
+        "sample": 24,
+        "power_iters": 5,
+        "lanczos_iters": 5,
+        "top_k": 2,
+        "noise_batches": 2,
+        "convergence": {"lanczos_iters": 12},
+    },
 }
 
 # --- the paper scale: every run sized from its expected waiting time --------------------------
@@ -231,7 +240,8 @@ PAPER_CUTS = [
     "gradient cancellation (claim 8): τ at G = 1, 4, 20, 100 super-groups of the K = 10 baseline, one "
     "seed",
     "Hessian: 2,048-example subsample (the paper's batch), 20 power and 30 Lanczos iterations, at "
-    "pre / mid / post of seed 42 and of K = 20; also 512 and all 10,000 examples at seed 42's mid",
+    "pre / mid / post of seed 42 and of K = 20; also 512 and all 10,000 examples at seed 42's mid, and "
+    "512 examples with 120 Lanczos iterations there (is 30 enough?)",
 ]
 
 

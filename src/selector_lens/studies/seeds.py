@@ -152,14 +152,16 @@ def geometry(runs: list[Run], out: Path | None, scale: str) -> Study:
 
     At the phases of each run (the seeds study's first, and `GEOMETRY[scale]["also"]`), on a
     subsample of `sample` examples; then at the first run's `mid` for each size of `sample_sweep`
-    (None: the whole dataset), since the estimates depend on the subsample."""
+    (None: the whole dataset), since the estimates depend on the subsample; and there once more
+    with the `convergence` settings (more Lanczos steps), whose λmin after each step says whether
+    the phases' iterations were enough."""
 
     from ..landscape import landscape
 
     if not runs:
         return pending("geometry", 5, "no finished run yet")
     settings = GEOMETRY[scale]
-    kw = {k: v for k, v in settings.items() if k not in ("also", "sample_sweep")}
+    kw = {k: v for k, v in settings.items() if k not in ("also", "sample_sweep", "convergence")}
     rows = []
     for run in runs:
         if not run.tau():
@@ -173,29 +175,37 @@ def geometry(runs: list[Run], out: Path | None, scale: str) -> Study:
             {"run": run.path.name, "phase": names[r["step"]], **r}
             for r in df.to_dict(orient="records")
         ]
-    sweep = []
-    if settings.get("sample_sweep") and runs[0].tau():
+    sweep, convergence = [], []
+    if runs[0].tau():
         mid = runs[0].phases()["mid"]
-        for size in settings["sample_sweep"]:
-            n = runs[0].config.task.n_examples if size is None else size
-            df = landscape(runs[0], [mid], **{**kw, "sample": n})
-            sweep += [
+
+        def at_mid(**over):
+            df = landscape(runs[0], [mid], **{**kw, **over})
+            return [
                 {"run": runs[0].path.name, "phase": "mid", **r}
                 for r in df.to_dict(orient="records")
             ]
+
+        for size in settings.get("sample_sweep", []):
+            sweep += at_mid(sample=runs[0].config.task.n_examples if size is None else size)
+        if settings.get("convergence"):
+            convergence = at_mid(**settings["convergence"])
     plateau = [r for r in rows if r["phase"] in ("pre", "mid")]
     result = {
         "settings": kw,
         "runs": [r.path.name for r in runs],
         "rows": rows,
         "sample_sweep": sweep,
+        "convergence": convergence,
     }
     figs = [study_figures.hessian_extremes(rows, kw["sample"])]
     if sweep:
         figs.append(study_figures.hessian_vs_sample(sweep, runs[0].path.name))
+    if convergence:
+        figs.append(study_figures.hessian_by_lanczos_step(convergence[0]))
     _save(out, "geometry", result)
     verdict = verdicts.geometry(plateau)
-    ours = sentences.geometry(rows, sweep)
+    ours = sentences.geometry(rows, sweep, convergence)
     claim = Claim(
         5,
         *CLAIMS[5],

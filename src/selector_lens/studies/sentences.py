@@ -55,7 +55,7 @@ def cascade(rows: list[dict]) -> str:
     return "; ".join(one(r) for r in rows if r["tau"]) or "no run transitioned"
 
 
-def geometry(rows: list[dict], sweep: list[dict]) -> str:
+def geometry(rows: list[dict], sweep: list[dict], convergence: list[dict] = ()) -> str:
     at_phases = [
         f"{r['run']} {r['phase']} (step {r['step']}): λmax {_fmt(r['lambda_max'])}, λmin "
         f"{_fmt(r['lambda_min'])}, ratio {_fmt(r['ratio'])}, noise on top {r['top_k']} "
@@ -67,4 +67,15 @@ def geometry(rows: list[dict], sweep: list[dict]) -> str:
         f"(λmin {_fmt(r['lambda_min'])})"
         for r in sweep
     ]
-    return "; ".join(at_phases) + "".join(by_sample)
+    by_step = []
+    for r in convergence:
+        low, high = r["lambda_min_by_step"], r["lambda_max_by_step"]
+        marks = [m for m in (5, 10, 20, 30, 60) if m < len(low)] + [len(low)]
+        by_step.append(
+            f"; {r['run']} mid at {r['sample']} examples, λmin (λmax / |λmin|) after "
+            + ", ".join(
+                f"{m} Lanczos steps {_fmt(low[m - 1])} ({_fmt(high[m - 1] / abs(low[m - 1]))})"
+                for m in marks
+            )
+        )
+    return "; ".join(at_phases) + "".join(by_sample) + "".join(by_step)

@@ -65,6 +65,25 @@ def hessian_vs_sample(sweep: list[dict], run: str) -> go.Figure:
     return fig
 
 
+def hessian_by_lanczos_step(row: dict) -> go.Figure:
+    """Claim 5: λmax and |λmin| after each Lanczos step at one checkpoint: flat ends mean enough
+    steps; a |λmin| still growing means the phases' λmin (and so their ratio) is not converged."""
+    steps = list(range(1, len(row["lambda_min_by_step"]) + 1))
+    fig = go.Figure()
+    fig.add_scatter(x=steps, y=row["lambda_max_by_step"], name="λmax", mode="lines")
+    fig.add_scatter(
+        x=steps, y=[abs(v) for v in row["lambda_min_by_step"]], name="|λmin|", mode="lines"
+    )
+    fig.update_layout(
+        title=f"Lanczos's extremes by step ({row['run']}, {row['phase']}, step {row['step']}, "
+        f"{row['sample']} examples)",
+        xaxis_title="Lanczos steps (Hessian-vector products)",
+        yaxis_title="eigenvalue",
+        yaxis_type="log",
+    )
+    return fig
+
+
 def noise_taus(lr, batch) -> go.Figure:
     """Claim 4: τ against lr (batch fixed) and τ in examples and steps against batch (lr fixed),
     from `run_table` rows sorted by lr and by batch size."""
