@@ -19,7 +19,17 @@ study's figure is drawn from its table in `viz.study_figures`; the page is `viz.
 """
 
 from ..presets import GEOMETRY
-from .base import CLAIMS, SOLVED_TOKEN_ACC, Claim, Setup, Study, geometry_runs, pending, seed_runs
+from .base import (
+    CLAIMS,
+    SOLVED_TOKEN_ACC,
+    Claim,
+    Setup,
+    Study,
+    collective_runs,
+    geometry_runs,
+    pending,
+    seed_runs,
+)
 from .paper_code import PAPER_HEAD_TABLE, PARITY_STEPS, parity_study
 from .report import SEED_STUDIES, STUDY_CLAIM, STUDY_FUNCS, reproduce, run_study
 from .seeds import cascade_study, collective, geometry, marginal_first
@@ -43,6 +53,7 @@ __all__ = [
     "cascade_study",
     "collective",
     "geometry",
+    "collective_runs",
     "geometry_runs",
     "marginal_first",
     "noise",

@@ -90,10 +90,21 @@ class Setup:
         return None if self.out is None else self.out / name
 
 
-def geometry_runs(setup: Setup, seeds: list[Run]) -> list[Run]:
-    """The Hessian's runs: the seeds study's first, then `GEOMETRY[scale]["also"]` (when finished)."""
+def also_runs(setup: Setup) -> list[Run]:
+    """`GEOMETRY[scale]["also"]` when finished (paper: K = 20, n_bases = 1000): a run beyond the
+    seeds kept whole after τ, so the Hessian and the collective transition read it too."""
     also = [setup.root / "runs" / n for n in GEOMETRY[setup.scale].get("also", [])]
-    return seeds[:1] + [Run.open(p) for p in also if rundir.is_done(p)]
+    return [Run.open(p) for p in also if rundir.is_done(p)]
+
+
+def geometry_runs(setup: Setup, seeds: list[Run]) -> list[Run]:
+    """The Hessian's runs: the seeds study's first, then the `also_runs`."""
+    return seeds[:1] + also_runs(setup)
+
+
+def collective_runs(setup: Setup, seeds: list[Run]) -> list[Run]:
+    """Claim 3's runs: every seed, then the `also_runs` (the claim at a second K)."""
+    return seeds + also_runs(setup)
 
 
 CLAIMS = {

@@ -15,7 +15,7 @@ from .seeds import cascade_study, collective, geometry, marginal_first
 from .paper_code import parity_study
 from .alternatives import alternatives, sharing
 from .sweeps import asymmetry, noise, scaling
-from .base import geometry_runs, seed_runs
+from .base import collective_runs, geometry_runs, seed_runs
 
 
 # --- the report ----------------------------------------------------------------------------------
@@ -97,9 +97,9 @@ def reproduce(
     runs = seed_runs(setup)
     seeds_dir = setup.dir("seeds")
     timed("marginal_first", marginal_first, runs, seeds_dir, scale)
-    timed("collective", collective, runs, seeds_dir, scale)
+    timed("collective", collective, SEED_STUDY_RUNS["collective"](setup, runs), seeds_dir, scale)
     timed("cascade", cascade_study, runs, seeds_dir, scale)
-    timed("geometry", geometry, geometry_runs(setup, runs), seeds_dir, scale)
+    timed("geometry", geometry, SEED_STUDY_RUNS["geometry"](setup, runs), seeds_dir, scale)
     timed(
         "parity",
         parity_study,
@@ -165,6 +165,7 @@ SEED_STUDIES = {
     "cascade": cascade_study,
     "geometry": geometry,
 }
+SEED_STUDY_RUNS = {"collective": collective_runs, "geometry": geometry_runs}  # others: the seeds
 
 
 def run_study(
@@ -182,8 +183,8 @@ def run_study(
     t = time.perf_counter()
     if name in SEED_STUDIES:
         runs = seed_runs(setup)
-        if name == "geometry":  # the seeds' first run, and the scale's other Hessian runs
-            runs = geometry_runs(setup, runs)
+        if name in SEED_STUDY_RUNS:  # seeds and the scale's runs kept whole, or some of them
+            runs = SEED_STUDY_RUNS[name](setup, runs)
         study = SEED_STUDIES[name](runs, setup.dir("seeds"), scale)
     else:
         study = STUDY_FUNCS[name](setup)
