@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import selector_lens as sl
+from selector_lens import rundir
 from selector_lens.model import load_weights, save_weights
 from selector_lens.trainer import BatchOrder, lr_at
 from tests.helpers import tiny, train_until_killed
@@ -176,6 +177,23 @@ def test_out_holding_another_run(tmp_path):
         sl.train(tiny(steps=10, lr=1e-3), out=tmp_path / "r", resume=True)
     with pytest.raises(sl.SelectorLensError, match="already holds this run; pass --resume"):
         sl.train(tiny(steps=10), out=tmp_path / "r")
+
+
+def test_a_run_being_trained_elsewhere_is_refused(tmp_path):
+    """Two processes training one run would interleave its log: the second is refused by name,
+    and the run trains once the lock is given up (it is, too, after a refused resume)."""
+    out = tmp_path / "r"
+    held = rundir.Lock(out)  # another open file: flock refuses it as it would another process
+    with pytest.raises(
+        sl.SelectorLensError, match=rf"{out} is being trained by another process \(pid \d+\)"
+    ):
+        sl.train(tiny(steps=10), out=out)
+    held.release()
+    assert sl.train(tiny(steps=10), out=out).metric_rows()[-1]["step"] == 10
+    with pytest.raises(sl.SelectorLensError, match="holds a different run"):
+        sl.train(tiny(steps=10, lr=1e-3), out=out, resume=True)
+    assert sl.train(tiny(steps=20), out=out, resume=True).metric_rows()[-1]["step"] == 20
+    assert not (out / rundir.LOCK).exists()  # the run directory's layout is unchanged
 
 
 def test_missing_and_corrupt_checkpoints_are_named(tmp_path):

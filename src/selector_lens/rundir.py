@@ -8,6 +8,7 @@ these functions; `runs.Run` reads what they wrote.
 from __future__ import annotations
 
 import datetime
+import os
 from pathlib import Path
 
 from .errors import SelectorLensError
@@ -20,6 +21,7 @@ METRICS_PACKED = "metrics.jsonl.gz"  # a published run's log
 ERROR_JSON = "error.json"
 CKPT_DIR = "ckpt"
 STATE = "last.pt"  # optimizer state of the last checkpoint: what resuming needs beyond weights
+LOCK = ".training.lock"  # held (flock) by the process training the run
 
 RUNNING, FINISHED, EARLY_STOPPED = "running", "finished", "early_stopped"
 DONE = (FINISHED, EARLY_STOPPED)
@@ -42,8 +44,47 @@ def is_done(path) -> bool:
 def require_free(path) -> None:
     """One clear error when `path` holds something other than nothing (a run goes nowhere else)."""
     path = Path(path)
-    if path.exists() and any(path.iterdir()):
+    if path.exists() and any(p.name != LOCK for p in path.iterdir()):
         raise SelectorLensError(f"{path} exists and is not a run directory; choose another --out")
+
+
+class Lock:
+    """`path` locked for training (flock on `path/LOCK`, which dies with the process) until
+    `release`, which also removes the file. Two processes training one run (two studies over
+    one root) would interleave its log and checkpoints: the second gets an error instead."""
+
+    def __init__(self, path):
+        import fcntl
+
+        self.file = Path(path) / LOCK
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            f = open(self.file, "a+")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                pid = f.read().strip()
+                f.close()
+                raise SelectorLensError(
+                    f"{path} is being trained by another process{f' (pid {pid})' if pid else ''}; "
+                    "wait for it to end or choose another --out"
+                ) from None
+            try:  # the holder we waited on may have removed the file: lock the one on disk
+                if os.stat(self.file).st_ino == os.fstat(f.fileno()).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            f.close()
+        f.truncate(0)
+        f.write(str(os.getpid()))
+        f.flush()
+        self.handle = f
+
+    def release(self) -> None:
+        if not self.handle.closed:
+            self.file.unlink(missing_ok=True)
+            self.handle.close()
 
 
 def create(path, config: dict, version: str, data: dict, **extra) -> None:

@@ -177,10 +177,12 @@ def train_many(cfgs, outs=None, resume: bool = False, progress: bool = False) ->
                 for (s, _), loss in zip(members, losses):
                     s.after_step(loss)
             active = [s for s in active if not s.done]
-    finally:
         for s in states:
             s.close()
-    return [s.finish() for s in states]
+        return [s.finish() for s in states]
+    finally:  # the locks last until run.json says how each run ended
+        for s in states:
+            s.release()
 
 
 class _RunState:
@@ -189,6 +191,14 @@ class _RunState:
     def __init__(self, cfg: TrainConfig, out, resume: bool, progress: bool):
         out = Path(out) if out is not None else Path("checkpoints") / cfg.name
         self.cfg, self.out = cfg, out
+        self.lock = rundir.Lock(out)
+        try:
+            self._open(cfg, out, resume, progress)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, cfg: TrainConfig, out: Path, resume: bool, progress: bool) -> None:
         self.run, has_state = _prepare(cfg, out, resume)
         device = resolve_device(cfg.device)
         data = self.run.task_data
@@ -300,6 +310,11 @@ class _RunState:
             self.bar.close()
             self.bar = None
         self.log.close()
+
+    def release(self) -> None:
+        """Close the log and give up the run's lock: after `finish`, or on an error."""
+        self.close()
+        self.lock.release()
 
     def finish(self) -> Run:
         summary = {
