@@ -43,6 +43,21 @@ def test_hvp_is_the_hessian_times_the_vector(small):
     torch.testing.assert_close(curv.hvp(v).double(), H @ v.double(), atol=1e-5, rtol=1e-3)
 
 
+def test_a_loss_in_weighted_chunks_has_the_whole_loss_hessian_and_gradient(small):
+    """Chunks (what keeps the whole dataset's Hessian in memory) change no number: the products,
+    the value and the gradient of the chunked mean are those of the whole mean."""
+    model, x, H = small
+    whole = ls.Curvature(model.parameters(), lambda: ls.target_loss(model, x, FIRST))
+    parts = [(len(c) / len(x), lambda c=c: ls.target_loss(model, c, FIRST)) for c in x.split(7)]
+    assert len({len(c) for c in x.split(7)}) == 2  # uneven chunks: the weights matter
+    chunked = ls.Curvature(model.parameters(), parts)
+    v = torch.randn(chunked.n, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(chunked.hvp(v).double(), H @ v.double(), atol=1e-5, rtol=1e-3)
+    (a, ga), (b, gb) = whole.value_and_gradient(), chunked.value_and_gradient()
+    assert b == pytest.approx(a, rel=1e-6)
+    torch.testing.assert_close(gb, ga, atol=1e-6, rtol=1e-4)
+
+
 def test_power_iteration_and_lanczos_find_the_extreme_eigenvalues(small):
     model, x, H = small
     eig = torch.linalg.eigvalsh(H)

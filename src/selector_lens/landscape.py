@@ -37,12 +37,17 @@ def target_loss(model, tokens: torch.Tensor, first: int) -> torch.Tensor:
     )
 
 
+CHUNK = 2048  # examples per double-backward graph: all 10,000 of the paper's K = 10 at once need > 23 GB
+
+
 class Curvature:
-    """Hessian-vector products of `loss_fn()` with respect to `params` (flat vectors)."""
+    """Hessian-vector products of a loss with respect to `params` (flat vectors). The loss is
+    `loss_fn()`, or a list of (weight, loss_fn) parts whose weighted sum it is: each product,
+    value and gradient then runs part by part, so memory holds one part's graph."""
 
     def __init__(self, params, loss_fn):
         self.params = [p for p in params if p.requires_grad]
-        self.loss_fn = loss_fn
+        self.parts = loss_fn if isinstance(loss_fn, list) else [(1.0, loss_fn)]
         self.n = sum(p.numel() for p in self.params)
         self.calls = 0
 
@@ -57,17 +62,26 @@ class Curvature:
         return out
 
     def value_and_gradient(self, loss_fn=None) -> tuple[float, torch.Tensor]:
-        loss = (loss_fn or self.loss_fn)()
-        return float(loss.detach()), self._flat(torch.autograd.grad(loss, self.params)).detach()
+        """The loss and its gradient (of `loss_fn`, a minibatch's, when given)."""
+        value, grad = 0.0, None
+        for w, fn in [(1.0, loss_fn)] if loss_fn else self.parts:
+            loss = fn()
+            g = self._flat(torch.autograd.grad(loss, self.params)).detach()
+            value += w * float(loss.detach())
+            grad = g * w if grad is None else grad.add_(g, alpha=w)
+        return value, grad
 
     def gradient(self, loss_fn=None) -> torch.Tensor:
         return self.value_and_gradient(loss_fn)[1]
 
     def hvp(self, v: torch.Tensor) -> torch.Tensor:
         self.calls += 1
-        grads = torch.autograd.grad(self.loss_fn(), self.params, create_graph=True)
-        hv = torch.autograd.grad(grads, self.params, grad_outputs=self._split(v))
-        return self._flat(hv).detach()
+        vs, out = self._split(v), None
+        for w, fn in self.parts:
+            grads = torch.autograd.grad(fn(), self.params, create_graph=True)
+            hv = self._flat(torch.autograd.grad(grads, self.params, grad_outputs=vs)).detach()
+            out = hv * w if out is None else out.add_(hv, alpha=w)
+        return out
 
 
 def power_iteration(
@@ -166,7 +180,10 @@ def measure(
     `batch_size` drawn, seeded, from the same subsample)."""
     idx = subsample(len(tokens), sample, seed)
     x = tokens[idx]
-    curv = Curvature(model.parameters(), lambda: target_loss(model, x, first))
+    parts = [  # the mean loss over x, as weighted means over chunks of it
+        (len(c) / len(x), lambda c=c: target_loss(model, c, first)) for c in x.split(CHUNK)
+    ]
+    curv = Curvature(model.parameters(), parts)
     lam_power, _ = power_iteration(curv, power_iters, seed)
     vals, vecs, T = lanczos(curv, lanczos_iters, seed + 1)
     low, high = ritz_extremes(T)

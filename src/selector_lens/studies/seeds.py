@@ -188,10 +188,10 @@ def geometry(runs: list[Run], out: Path | None, scale: str) -> Study:
                 for r in df.to_dict(orient="records")
             ]
 
+        if settings.get("convergence"):  # first: the cheaper of the two
+            convergence = at_mid(**settings["convergence"])
         for size in settings.get("sample_sweep", []):
             sweep += at_mid(sample=runs[0].config.task.n_examples if size is None else size)
-        if settings.get("convergence"):
-            convergence = at_mid(**settings["convergence"])
     plateau = [r for r in rows if r["phase"] in ("pre", "mid")]
     result = {
         "settings": kw,
