@@ -70,7 +70,7 @@ def geometry(rows: list[dict], sweep: list[dict], convergence: list[dict] = ()) 
     by_step = []
     for r in convergence:
         low, high = r["lambda_min_by_step"], r["lambda_max_by_step"]
-        marks = [m for m in (5, 10, 20, 30, 60) if m < len(low)] + [len(low)]
+        marks = [m for m in (2, 3, 5, 10, 20, 30, 60) if m < len(low)] + [len(low)]
         by_step.append(
             f"; {r['run']} mid at {r['sample']} examples, λmin (λmax / |λmin|) after "
             + ", ".join(
