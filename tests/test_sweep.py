@@ -7,7 +7,7 @@ import selector_lens as sl
 from selector_lens.runs import run_table
 from selector_lens import rundir
 from selector_lens.config import from_options
-from selector_lens.sweep import SweepSpec, run_point, run_sweep
+from selector_lens.sweep import SweepSpec, run_point, run_sweep, worker_threads
 from selector_lens.transition import nominal_d, scaling_fits
 from tests.helpers import train_until_killed
 
@@ -123,6 +123,25 @@ def test_a_killed_point_is_resumed(tmp_path, monkeypatch):
     assert [r["loss"] for r in sl.Run.open(tmp_path / "p").metric_rows()] == [
         r["loss"] for r in full
     ]
+
+
+@pytest.mark.parametrize(
+    "omp, cores, workers, want",
+    [
+        (None, 2, 1, 2),
+        (None, 16, 4, 4),
+        (None, 2, 4, 1),
+        ("1", 2, 1, 1),
+        ("8", 16, 2, 8),
+        ("", 2, 1, 2),
+    ],
+)
+def test_worker_threads_share_the_cores_under_the_users_cap(monkeypatch, omp, cores, workers, want):
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    assert worker_threads(cores, workers) == want
 
 
 def test_scaling_fits_on_an_exact_law():

@@ -99,6 +99,14 @@ def _name_part(key: str, value) -> str:
     return f"{key}{value:g}" if isinstance(value, float) else f"{key}{value}"
 
 
+def worker_threads(cores: int, workers: int) -> int:
+    """Torch threads per worker: the cores shared out, capped by OMP_NUM_THREADS when the user
+    set it (a sweep beside other work: more threads than cores free spin against each other)."""
+    threads = max(1, cores // workers)
+    cap = os.environ.get("OMP_NUM_THREADS", "")
+    return min(threads, max(1, int(cap))) if cap.isdigit() else threads
+
+
 def run_point(options: dict, out: str, threads: int) -> dict:
     """Train one point (or resume it) on `threads` threads (the caller's count is restored);
     never raises: the outcome is returned and recorded."""
@@ -179,7 +187,7 @@ def run_jobs(
         return _run_batched(jobs, workers, progress)
     cores = os.cpu_count() or 1
     workers = max(1, min(workers or cores, len(jobs)))
-    threads = max(1, cores // workers)
+    threads = worker_threads(cores, workers)
     if executor == "ray":
         return _run_ray(jobs, threads, address, progress)
     return _run_local(jobs, workers, threads, progress)
