@@ -1,6 +1,7 @@
 """`selector-lens reproduce` end to end at the tiny scale (its verdicts mean nothing; its plumbing does)."""
 
 import json
+import shutil
 
 import pytest
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import selector_lens as sl
 from selector_lens import studies, verdicts
-from selector_lens.presets import pool
+from selector_lens.presets import pool, study_runs
 from selector_lens.publish import publish
 from selector_lens.studies import reproduce
 from selector_lens.studies.base import _fmt
@@ -139,6 +140,15 @@ def test_the_report_rebuilds_from_published_files_alone(report, tmp_path):
         json.loads(out.stdout)["claims"] == json.loads((pub / "report.json").read_text())["claims"]
     )
     assert (tmp_path / "again.html").stat().st_size > 0
+    # the highest lr not finished (or not published): claim 4 names it and gives no verdict, since
+    # its sub-claims are about that run
+    top = list(study_runs("tiny")["noise/lr"])[-1]
+    shutil.rmtree(pub / "runs" / top)
+    out = cli("reproduce", "--from", str(pub), "--only", "noise", "--json")
+    assert out.returncode == 0, out.stderr
+    (four,) = [c for c in json.loads(out.stdout)["claims"] if c["number"] == 4]
+    assert four["verdict"] == "no result"
+    assert four["ours"].startswith(f"so far (1 runs not finished: {top}): τ at lr ")
 
 
 RESULTS = Path(__file__).resolve().parents[1] / "analyses" / "results"

@@ -86,6 +86,11 @@ class Setup:
         paths = [self.root / "runs" / n for n in names]
         return [Run.open(p) for p in paths if rundir.is_done(p)]
 
+    def missing(self, part: str) -> list[str]:
+        """The runs of one study part that have not finished (still training, or not published)."""
+        names = study_runs(self.scale)[part]
+        return [n for n in names if not rundir.is_done(self.root / "runs" / n)]
+
     def dir(self, name: str) -> Path | None:
         return None if self.out is None else self.out / name
 

@@ -119,10 +119,17 @@ def noise(setup: Setup) -> Study:
         "the highest lr never escapes": bool(stuck) and stuck[-1] == lr.lr.max(),
         "smaller batches delay escape at equal examples": (b_ratio or 0) > 1.2,
     }
-    result.update({"subclaims": parts, "more_noise_slows_escape": top_slower})
+    # its sub-claims are about the extremes (the highest lr, the smallest batch): no verdict
+    # until every run of the grid has finished
+    missing = setup.missing("noise/lr") + setup.missing("noise/batch_size")
+    result.update(
+        {"subclaims": parts, "more_noise_slows_escape": top_slower, "missing_runs": missing}
+    )
     _save(out, "noise", result)
-    verdict = verdicts.noise(parts, len(escaped), len(b_done))
+    verdict = verdicts.NO_RESULT if missing else verdicts.noise(parts, len(escaped), len(b_done))
     ours = (
+        f"so far ({len(missing)} runs not finished: {', '.join(missing)}): " if missing else ""
+    ) + (
         f"τ at lr {', '.join(_fmt(x, 'g') for x in lr.lr)}: {', '.join(_fmt(t, 'g') for t in lr.tau)} steps "
         f"(batch {p['base'].get('batch_size', 128)}: equal examples ∝ steps), ratio last/first escaped "
         f"{_fmt(lr_ratio, '.2f')} over a {_fmt(lr_span, '.1f')}x lr range"
@@ -233,6 +240,11 @@ def asymmetry(setup: Setup) -> Study:
             + "; ".join(f"{n}: {_fmt(r, '.2f')}" for n, r in az.items() if n != verdicts_time)
             + ")"
         )
+    missing = setup.missing(
+        "asymmetry"
+    )  # a None above is a run that never got there, or one of these
+    if missing:
+        ours += f"; runs not finished: {', '.join(missing)}"
     claim = Claim(
         6,
         *CLAIMS[6],
