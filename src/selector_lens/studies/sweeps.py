@@ -240,9 +240,8 @@ def asymmetry(setup: Setup) -> Study:
             + "; ".join(f"{n}: {_fmt(r, '.2f')}" for n, r in az.items() if n != verdicts_time)
             + ")"
         )
-    missing = setup.missing(
-        "asymmetry"
-    )  # a None above is a run that never got there, or one of these
+    # a None above is a run that never got there, or one that has not finished: name those
+    missing = setup.missing("asymmetry")
     if missing:
         ours += f"; runs not finished: {', '.join(missing)}"
     claim = Claim(
