@@ -82,6 +82,14 @@ def test_expected_tau_follows_the_papers_laws():
     assert presets.expected_tau({"k": 10, "n_bases": 1000, "batch_size": 256}) == pytest.approx(
         base / 2
     )
+    # budgets: 3x the expected τ at lr 1e-3, or at the run's own lr above it, in 500s; where
+    # the paper says never (lr 5e-3), 3x what the lr law would predict
+    lr_part = presets.study_runs("paper")["noise/lr"]
+    tau_1e3 = presets.expected_tau({"k": 20, "n_bases": 1000})
+    assert lr_part["k20-nb1000-lr0.0003-s42"]["steps"] == 11000 >= 3 * tau_1e3
+    assert lr_part["k20-nb1000-s42"]["steps"] == 11000
+    assert lr_part["k20-nb1000-lr0.002-s42"]["steps"] == 17500 >= 3 * tau_1e3 * 2**0.66
+    assert lr_part["k20-nb1000-lr0.005-s42"]["steps"] == 32000 >= 3 * tau_1e3 * 5**0.66
     never = {"k": 20, "n_bases": 1000, "lr": 5e-3, "steps": 11000}
     assert expected_steps(never) == 11000
     assert expected_steps({"k": 10, "n_bases": 1000, "steps": 5000}) == int(

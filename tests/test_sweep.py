@@ -125,6 +125,19 @@ def test_a_killed_point_is_resumed(tmp_path, monkeypatch):
     ]
 
 
+def test_a_finished_run_whose_budget_grew_is_trained_on(tmp_path):
+    options, out = {**TINY, "k": 3, "n_bases": 6}, tmp_path / "p"
+    threads = __import__("torch").get_num_threads()
+    assert run_point({**options, "steps": 20}, str(out), threads)["outcome"] == "done"
+    assert rundir.status(out) == rundir.FINISHED and not rundir.is_done(out, 40)
+    assert run_point(options, str(out), threads)["outcome"] == "done"  # 20 -> 40 steps
+    full = sl.train(from_options(options), out=tmp_path / "full").metric_rows()
+    assert [r["loss"] for r in sl.Run.open(out).metric_rows()] == [r["loss"] for r in full]
+    assert run_point(options, str(out), threads)["outcome"] == "skipped"
+    rundir.update(out, status=rundir.EARLY_STOPPED)  # stopped early: done whatever the budget
+    assert rundir.is_done(out, 1000) and rundir.is_done(out)
+
+
 @pytest.mark.parametrize(
     "omp, cores, workers, want",
     [

@@ -35,10 +35,17 @@ def status(path) -> str:
     return read_json(Path(path) / RUN_JSON).get("status", "unknown")
 
 
-def is_done(path) -> bool:
+def is_done(path, steps: int | None = None) -> bool:
     """Has this run ended (trained to its budget or stopped early)? A sweep skips it, a study
-    reads it, `publish` copies it."""
-    return is_run(path) and status(path) in DONE
+    reads it, `publish` copies it. Given `steps`, a run that used up a smaller budget is not
+    done: the budget grew, and a sweep trains it on from its last checkpoint."""
+    if not is_run(path):
+        return False
+    info = read_json(Path(path) / RUN_JSON)
+    if info.get("status") not in DONE:
+        return False
+    used_up = info["status"] == FINISHED and info["config"]["steps"] < (steps or 0)
+    return not used_up
 
 
 def require_free(path) -> None:

@@ -107,6 +107,12 @@ def worker_threads(cores: int, workers: int) -> int:
     return min(threads, max(1, int(cap))) if cap.isdigit() else threads
 
 
+def trained(options: dict, out) -> bool:
+    """Has the run at `out` ended within the budget `options` ask for? (A finished run whose
+    budget has since grown is trained on from its last checkpoint.)"""
+    return rundir.is_done(out, from_options(options).steps)
+
+
 def run_point(options: dict, out: str, threads: int) -> dict:
     """Train one point (or resume it) on `threads` threads (the caller's count is restored);
     never raises: the outcome is returned and recorded."""
@@ -117,7 +123,7 @@ def run_point(options: dict, out: str, threads: int) -> dict:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        if rundir.is_done(out):
+        if trained(options, out):
             return {"run": out, "outcome": "skipped"}
         run = train(from_options(options), out=Path(out), resume=True)
         rundir.clear_error(out)
@@ -275,7 +281,7 @@ def _run_batched(jobs, per_batch: int | None, progress: bool) -> list[dict]:
     board = _Board(len(jobs), progress)
     todo = []
     for p, out in jobs:
-        if rundir.is_done(out):
+        if trained(p, out):
             board.add({"run": out, "outcome": "skipped"}, 0)
         else:
             todo.append((from_options(p), p, out))

@@ -12,7 +12,7 @@ from pathlib import Path
 from .. import rundir
 from ..presets import GEOMETRY, pool, study_runs
 from ..runs import Run
-from ..sweep import run_jobs
+from ..sweep import run_jobs, trained
 
 
 SOLVED_TOKEN_ACC = 0.95
@@ -75,7 +75,7 @@ class Setup:
         jobs = [
             (o, str(self.root / "runs" / n))
             for n, o in pool(self.scale).items()
-            if (names is None or n in names) and not rundir.is_done(self.root / "runs" / n)
+            if (names is None or n in names) and not trained(o, self.root / "runs" / n)
         ]
         return run_jobs(jobs, self.executor, self.workers, progress=True) if jobs else []
 
@@ -87,9 +87,10 @@ class Setup:
         return [Run.open(p) for p in paths if rundir.is_done(p)]
 
     def missing(self, part: str) -> list[str]:
-        """The runs of one study part that have not finished (still training, or not published)."""
-        names = study_runs(self.scale)[part]
-        return [n for n in names if not rundir.is_done(self.root / "runs" / n)]
+        """The runs of one study part that have not finished (still training, not published, or
+        trained to a smaller budget than the preset's)."""
+        runs = study_runs(self.scale)[part]
+        return [n for n, o in runs.items() if not trained(o, self.root / "runs" / n)]
 
     def dir(self, name: str) -> Path | None:
         return None if self.out is None else self.out / name

@@ -133,7 +133,10 @@ def noise(setup: Setup) -> Study:
         f"τ at lr {', '.join(_fmt(x, 'g') for x in lr.lr)}: {', '.join(_fmt(t, 'g') for t in lr.tau)} steps "
         f"(batch {p['base'].get('batch_size', 128)}: equal examples ∝ steps), ratio last/first escaped "
         f"{_fmt(lr_ratio, '.2f')} over a {_fmt(lr_span, '.1f')}x lr range"
-        + (f", never escaped at lr {stuck}" if stuck else "")
+        + "".join(
+            f", no escape within {int(r.final_step)} steps at lr {r.lr:g}"
+            for r in lr[lr.tau.isna()].itertuples()
+        )
         + f"; τ in examples at batch {', '.join(str(int(b)) for b in bs.batch_size)}: "
         f"{', '.join(_fmt(t, '.3g') for t in bs.tau_examples)}, smallest / largest batch {_fmt(b_ratio, '.2f')}"
         f"; sub-claims: " + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in parts.items())
