@@ -3,8 +3,9 @@
 A spec (YAML or dict) names fixed options (`base`) and a grid (`grid`); option names are
 `config.OPTIONS`, the same as `selector-lens train`'s (`k`, `n_bases`, `n_layers`, `lr`, ...), plus
 `D`, which sets n_bases = round(D / k). The sweep directory holds `sweep.json` (the spec and its
-points) and one run directory per point; finished runs are skipped, killed ones resumed,
-failed ones recorded in their `error.json` without stopping the others.
+points) and one run directory per point; finished runs are skipped (those that used up a budget
+since raised are trained on), killed ones resumed, failed ones recorded in their `error.json`
+without stopping the others.
 
 Executors: `local` (a process pool; torch threads per run = cores / workers), `ray` (the same
 jobs as Ray tasks; without an address a local Ray instance, with one a cluster: the sweep
