@@ -1,0 +1,45 @@
+"""analyses/inflight.py: unfinished runs packed into a git ref come back in a workspace that kept
+only .git, and resume exactly."""
+
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+
+import selector_lens as sl
+from selector_lens.config import from_options
+from tests.helpers import train_until_killed
+from tests.test_sweep import TINY
+
+SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "inflight.py"
+
+
+def _inflight():
+    spec = importlib.util.spec_from_file_location("inflight", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_unfinished_run_survives_a_workspace_that_keeps_only_git(tmp_path, monkeypatch):
+    inflight, ref = _inflight(), "refs/inflight/paper"
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    root = repo / "checkpoints" / "paper"
+    cfg = from_options({**TINY, "k": 3, "n_bases": 6})
+    killed = root / "runs" / "killed"
+    train_until_killed(cfg, killed, monkeypatch, evals=4)  # dies at step 30, state at step 20
+    sl.train(cfg, out=root / "runs" / "finished")
+    assert inflight.state_step(killed) == 20
+
+    assert inflight.save(root, ref, repo) == ["killed at step 20"]
+    shutil.rmtree(root)  # the next session: ignored folders gone
+    assert inflight.restore(root, ref, repo) == ["killed at step 20"]
+    assert not (root / "runs" / "finished").exists()  # finished runs travel published
+    assert inflight.restore(root, ref, repo) == []  # up to date: left alone
+    branches = subprocess.run(["git", "branch"], cwd=repo, capture_output=True, text=True)
+    assert branches.stdout == ""  # outside every branch
+
+    resumed = sl.train(cfg, out=killed, resume=True).metric_rows()
+    straight = sl.train(cfg, out=tmp_path / "straight").metric_rows()
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]
