@@ -6,7 +6,7 @@ point of τ vs D, of τ vs K at D = 10,000 and the forward run of the asymmetry 
 directory, trained once, under `<root>/runs/<name>`. Pure Python (no torch): `reproduce --plan`
 and the CLI read it instantly.
 
-Scales: `cpu` (this two-core machine, ~40 min), `paper` (the paper's settings, ~6 h here; its
+Scales: `cpu` (this two-core machine, ~40 min), `paper` (the paper's settings, ~13 h here; its
 cuts are listed in `PAPER_CUTS`) and `tiny` (the test suite's seconds-long version; its verdicts
 mean nothing).
 """
