@@ -63,7 +63,8 @@ def save(root: Path, ref: str, repo: Path = Path(".")) -> list[str]:
                 info = f"100644,{blob},{path.name}/{name}"
                 git("update-index", "--add", "--cacheinfo", info, repo=repo, env=env)
             saved.append(f"{path.name} at step {step}")
-        if not saved:
+        if not saved:  # nothing left in flight: a stale pack would bring back finished runs
+            subprocess.run(["git", "update-ref", "-d", ref], cwd=repo, capture_output=True)
             return saved
         tree = git("write-tree", repo=repo, env=env).decode().strip()
     message = "unfinished runs: " + "; ".join(saved)
@@ -75,6 +76,11 @@ def save(root: Path, ref: str, repo: Path = Path(".")) -> list[str]:
 
 def restore(root: Path, ref: str, repo: Path = Path(".")) -> list[str]:
     """Unpack `ref` into ROOT/runs/ where a run is missing or behind the packed step."""
+    found = subprocess.run(
+        ["git", "rev-parse", "-q", "--verify", ref], cwd=repo, capture_output=True
+    )
+    if found.returncode:
+        return []  # nothing was saved
     listing = git("ls-tree", "-r", "--format=%(objectname) %(path)", ref, repo=repo)
     runs: dict[str, list[tuple[str, str]]] = {}
     for line in filter(None, listing.decode().split("\n")):

@@ -43,3 +43,7 @@ def test_an_unfinished_run_survives_a_workspace_that_keeps_only_git(tmp_path, mo
     resumed = sl.train(cfg, out=killed, resume=True).metric_rows()
     straight = sl.train(cfg, out=tmp_path / "straight").metric_rows()
     assert [r["loss"] for r in resumed] == [r["loss"] for r in straight]
+
+    assert inflight.save(root, ref, repo) == []  # all finished: the pack goes, not to come back
+    shutil.rmtree(root)
+    assert inflight.restore(root, ref, repo) == [] and not root.exists()
