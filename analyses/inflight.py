@@ -27,8 +27,10 @@ IDENTITY = {"NAME": "selector-lens inflight", "EMAIL": "inflight@selector-lens"}
 FILES = ("run.json", "data.json", "metrics.jsonl", "ckpt/last.pt")
 
 
-def git(*args: str, repo: Path, env: dict | None = None) -> bytes:
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True).stdout
+def git(*args: str, repo: Path, env: dict | None = None, check: bool = True) -> bytes:
+    return subprocess.run(
+        ["git", *args], cwd=repo, env=env, check=check, capture_output=True
+    ).stdout
 
 
 def state_step(path: Path) -> int:
@@ -64,7 +66,7 @@ def save(root: Path, ref: str, repo: Path = Path(".")) -> list[str]:
                 git("update-index", "--add", "--cacheinfo", info, repo=repo, env=env)
             saved.append(f"{path.name} at step {step}")
         if not saved:  # nothing left in flight: a stale pack would bring back finished runs
-            subprocess.run(["git", "update-ref", "-d", ref], cwd=repo, capture_output=True)
+            git("update-ref", "-d", ref, repo=repo, check=False)
             return saved
         tree = git("write-tree", repo=repo, env=env).decode().strip()
     message = "unfinished runs: " + "; ".join(saved)

@@ -261,13 +261,18 @@ def paper_eval(options: dict) -> dict:
     }
 
 
+def lr_factor(lr: float) -> float:
+    """The paper's lr law, τ ∝ lr^0.66, relative to lr 1e-3."""
+    return (lr / 1e-3) ** LR_EXPONENT
+
+
 def expected_tau(options: dict, at_default_lr: bool = False) -> float | None:
     """The plan's estimate of τ (steps) for flat options; None where the paper says never."""
     k, n_bases = options.get("k", 10), options["n_bases"]
     lr = 1e-3 if at_default_lr else options.get("lr", 1e-3)
     if lr >= NEVER_LR:
         return None
-    tau = TAU_REF * (k * n_bases / D_REF) ** ALPHA_D * (lr / 1e-3) ** LR_EXPONENT
+    tau = TAU_REF * (k * n_bases / D_REF) ** ALPHA_D * lr_factor(lr)
     tau *= 128 / options.get("batch_size", 128)
     if options.get("direction", "bz_to_a") in ("a_to_b", "az_to_b"):
         tau *= REVERSE_FACTOR
@@ -279,8 +284,7 @@ def _paper_options(options: dict) -> dict:
     base_tau = expected_tau(options, at_default_lr=True)
     # at a higher lr, the lr law's τ: also where the paper says "never" (there, the budget is
     # what makes "never" mean more than the law predicts)
-    lr_factor = max(1.0, options.get("lr", 1e-3) / 1e-3) ** LR_EXPONENT
-    cap = max(3000, CAP_OVER_TAU * base_tau * lr_factor)
+    cap = max(3000, CAP_OVER_TAU * base_tau * max(1.0, lr_factor(options.get("lr", 1e-3))))
     return {
         "ckpt_every": 50,
         **paper_eval(options),
