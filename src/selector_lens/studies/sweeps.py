@@ -116,7 +116,7 @@ def noise(setup: Setup) -> Study:
     )
     parts = {
         "tau grows monotonically with lr": monotone_up and (lr_ratio or 0) > 1.5,
-        "the highest lr never escapes": bool(stuck) and stuck[-1] == lr.lr.max(),
+        "the highest lr never escapes": bool(stuck and stuck[-1] == lr.lr.max()),
         "smaller batches delay escape at equal examples": (b_ratio or 0) > 1.2,
     }
     # its sub-claims are about the extremes (the highest lr, the smallest batch): no verdict
