@@ -78,10 +78,7 @@ def save(root: Path, ref: str, repo: Path = Path(".")) -> list[str]:
 
 def restore(root: Path, ref: str, repo: Path = Path(".")) -> list[str]:
     """Unpack `ref` into ROOT/runs/ where a run is missing or behind the packed step."""
-    found = subprocess.run(
-        ["git", "rev-parse", "-q", "--verify", ref], cwd=repo, capture_output=True
-    )
-    if found.returncode:
+    if not git("rev-parse", "-q", "--verify", ref, repo=repo, check=False):
         return []  # nothing was saved
     listing = git("ls-tree", "-r", "--format=%(objectname) %(path)", ref, repo=repo)
     runs: dict[str, list[tuple[str, str]]] = {}
