@@ -1,4 +1,4 @@
-"""analyses/inflight.py: unfinished runs packed into a git ref come back in a workspace that kept
+"""tools/inflight.py: unfinished runs packed into a git ref come back in a workspace that kept
 only .git, and resume exactly."""
 
 import importlib.util
@@ -11,7 +11,7 @@ from selector_lens.config import from_options
 from tests.helpers import train_until_killed
 from tests.test_sweep import TINY
 
-SCRIPT = Path(__file__).resolve().parents[1] / "analyses" / "inflight.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "inflight.py"
 
 
 def _inflight():

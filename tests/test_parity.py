@@ -14,7 +14,8 @@ from selector_lens.errors import SelectorLensError
 from selector_lens.importer import import_run
 from selector_lens.interventions.ablation import training_set_ablation
 from selector_lens.model import build_model
-from selector_lens.parity import PaperBatchOrder, lr_factor, rng_after_init
+from selector_lens.importer import config_from_paper
+from selector_lens.parity import PaperBatchOrder, rng_after_init
 from selector_lens.trainer import lr_at, train_step
 from tests.helpers import tiny
 
@@ -110,16 +111,27 @@ def test_paper_batch_order_is_an_epoch_permutation_with_a_short_last_batch():
     assert order.examples_seen(3) == 300 and order.examples_seen(4) == 428
 
 
-def test_paper_lr_is_its_cosine_over_50k_steps():
-    assert lr_factor(1) == 1.0
-    assert lr_factor(3701) == pytest.approx(
-        0.5 * (1 + torch.cos(torch.tensor(3700 / 50_000 * 3.14159)).item())
+@needs_fixture
+def test_parity_lr_for_the_fixtures_config_is_constant_at_every_step():
+    import yaml
+
+    cfg = config_from_paper(yaml.safe_load((FIXTURE / "config.yaml").read_text()))
+    assert cfg.task.parity == "paper" and cfg.schedule == "constant" and cfg.steps == 50_000
+    assert {lr_at(cfg, s) for s in range(1, cfg.steps + 1)} == {0.001}
+
+
+def test_parity_cosine_is_the_papers_lambda_lr():
+    # the paper's batch-size runs: warm-up 500 from lambda(0) = 0, then a cosine to 0 at 10,000
+    cfg = sl.TrainConfig(
+        task=PAPER_TASK, schedule="cosine", warmup_steps=500, cosine_steps=10_000, steps=12_000
     )
-    assert 0.985 < lr_factor(3701) < 0.987
-    with pytest.raises(
-        SelectorLensError, match="parity 'paper' follows the paper code's own lr schedule"
-    ):
-        sl.TrainConfig(task=PAPER_TASK, schedule="cosine")
+    assert lr_at(cfg, 1) == 0.0 and lr_at(cfg, 251) == pytest.approx(cfg.lr / 2)
+    assert lr_at(cfg, 501) == cfg.lr  # lambda(500): the cosine at 0
+    half = 0.5 * (1 + torch.cos(torch.tensor(0.5 * 3.14159)).item())  # float32, pi as 3.14159
+    assert lr_at(cfg, 5251) == pytest.approx(cfg.lr * half, rel=1e-7)
+    assert abs(lr_at(cfg, 10_001)) < 1e-10 and lr_at(cfg, 3701) < lr_at(cfg, 3700)
+    with pytest.raises(SelectorLensError, match="cosine_steps must exceed warmup_steps"):
+        sl.TrainConfig(task=PAPER_TASK, warmup_steps=500, cosine_steps=500)
 
 
 def test_parity_trains_and_resumes_on_a_tiny_config(tmp_path):

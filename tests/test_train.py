@@ -144,6 +144,8 @@ def test_lr_schedules():
     assert lr_at(cfg, 60) == pytest.approx(cfg.lr / 2)
     assert lr_at(cfg, 110) == pytest.approx(0.0, abs=1e-12)
     assert lr_at(tiny(), 1000) == tiny().lr
+    longer = tiny(steps=300, warmup_steps=10, schedule="cosine", cosine_steps=110)  # 0 from 110 on
+    assert lr_at(longer, 60) == pytest.approx(cfg.lr / 2) and lr_at(longer, 200) == 0.0
 
 
 def test_reverse_direction_records_what_is_defined(tmp_path):

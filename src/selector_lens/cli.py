@@ -728,14 +728,14 @@ def fit(
 @app.command(
     epilog="Examples:\n\n  selector-lens reproduce --scale cpu -o report.html\n\n"
     "  selector-lens reproduce --scale paper --plan      # every run, its budget, the wall time here\n\n"
-    "  selector-lens reproduce --scale paper -o paper.html   # ~13 h on two cores; resumes\n\n"
+    "  selector-lens reproduce --scale paper -o paper.html   # hours; --plan prices it; resumes\n\n"
     "  selector-lens reproduce --from analyses/results/paper -o paper.html   # seconds, trains nothing"
 )
 def reproduce(
     scale: Optional[str] = typer.Option(
         None,
-        help="cpu (this two-core machine, ~40 min the first time) | paper "
-        "(the paper's settings, ~13 h; see --plan) | tiny. Default cpu (with --from: "
+        help="cpu (CPU-sized, ~40 min on two cores the first time) | paper "
+        "(the paper's settings, hours; see --plan) | tiny. Default cpu (with --from: "
         "the published one).",
     ),
     output: Path = typer.Option(

@@ -101,6 +101,9 @@ class TrainConfig:
     grad_clip: float = _opt(1.0, "Max gradient norm; 0 turns clipping off.")
     schedule: str = _opt("constant", "Learning-rate schedule after warmup.", SCHEDULES)
     warmup_steps: int = _opt(0, "Steps of linear warmup.")
+    cosine_steps: int | None = _opt(
+        None, "Step at which the cosine schedule reaches 0 (default: steps)."
+    )
     eval_every: int = _opt(50, "Steps between evaluations.")
     ckpt_every: int = _opt(50, "Steps between weight checkpoints.")
     eval_groups: str = _opt(
@@ -134,10 +137,10 @@ class TrainConfig:
             raise SelectorLensError(
                 f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}"
             )
-        if self.task.parity == "paper" and (self.schedule != "constant" or self.warmup_steps):
+        if self.cosine_steps is not None and self.cosine_steps <= self.warmup_steps:
             raise SelectorLensError(
-                "parity 'paper' follows the paper code's own lr schedule; leave schedule "
-                "constant and warmup_steps 0"
+                f"cosine_steps must exceed warmup_steps ({self.warmup_steps}), "
+                f"got {self.cosine_steps}"
             )
         if self.device not in DEVICES:
             raise SelectorLensError(

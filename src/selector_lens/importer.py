@@ -48,9 +48,11 @@ def config_from_paper(raw: dict):
         raise SelectorLensError(
             "only runs with data.split_by_base true and probe_fraction 0 can be regenerated"
         )
-    if int(training.get("warmup_steps", 0)) != 0:
+    schedule = str(training.get("scheduler", "constant"))
+    if schedule not in ("constant", "cosine"):
         raise SelectorLensError(
-            "only runs with training.warmup_steps 0 can be reproduced with parity"
+            f"config.yaml training.scheduler {schedule!r} is not one parity reproduces "
+            "(constant or cosine)"
         )
     seed = int(_need(raw, "experiment", "seed"))
     task = SelectorTask(
@@ -80,6 +82,8 @@ def config_from_paper(raw: dict):
         batch_size=int(training.get("batch_size", 128)),
         lr=float(training.get("learning_rate", 1e-3)),
         weight_decay=float(training.get("weight_decay", 0.01)),
+        schedule=schedule,
+        warmup_steps=int(training.get("warmup_steps", 0)),
         eval_every=int(training.get("checkpoint_every", 100)),
         ckpt_every=int(training.get("checkpoint_every", 100)),
         seed=seed,

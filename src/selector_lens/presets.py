@@ -6,8 +6,8 @@ point of τ vs D, of τ vs K at D = 10,000 and the forward run of the asymmetry 
 directory, trained once, under `<root>/runs/<name>`. Pure Python (no torch): `reproduce --plan`
 and the CLI read it instantly.
 
-Scales: `cpu` (this two-core machine, ~40 min), `paper` (the paper's settings, ~13 h here; its
-cuts are listed in `PAPER_CUTS`) and `tiny` (the test suite's seconds-long version; its verdicts
+Scales: `cpu` (CPU-sized, ~40 min on two cores), `paper` (the paper's settings; `reproduce
+--plan` prices it, its cuts are listed in `PAPER_CUTS`) and `tiny` (the test suite's seconds-long version; its verdicts
 mean nothing).
 """
 
@@ -60,6 +60,9 @@ PRESETS = {
             "base": {"seed": 42},
             "d": {"k": [3, 5, 7, 10, 15, 20, 25, 36], "n_bases": [1000]},
             "k": {"k": [5, 10, 20, 36], "D": [10000, 20000]},
+            # the paper's other three K at n_bases = 1000, and a seed-to-seed scatter of τ
+            "d_more": {"k": [13, 17, 30], "n_bases": [1000]},
+            "d_seeds": {"k": [3, 10, 20, 36], "n_bases": [1000], "seed": [43, 44]},
         },
         "tiny": {
             "base": {
@@ -152,6 +155,8 @@ PRESETS = {
                 "early_stop": False,
             },
             "grid": {"seed": [42]},
+            # K = 20 past the paper's ablation table's steps (1,000 / 3,900 / 7,900)
+            "k20": {"k": [20], "steps": [8000]},
         },
         "tiny": {
             "base": {**TINY_RUN, "ckpt_every": 10, "parity": "paper", "early_stop": False},
@@ -227,9 +232,10 @@ FAST_STOP_OVER_TAU = 1.4
 CAP_OVER_TAU = 3.0
 
 PAPER_CUTS = [
-    "K at n_bases = 1000: 3, 5, 7, 10, 15, 20, 25, 36 (8 of the paper's 11; 13, 17 and 30 dropped)",
-    "parity: one run of the K = 10 baseline with the paper code's data, init and batches (seed 42, "
-    "4,000 steps, no early stop)",
+    "K at n_bases = 1000: 3, 5, 7, 10, 15, 20, 25, 36 read by claim 2's fit; 13, 17 and 30 (the "
+    "paper's other three) and seeds 43 and 44 at K = 3, 10, 20, 36 train beside it",
+    "parity: the K = 10 baseline (4,000 steps) and K = 20 (8,000 steps) with the paper code's data, "
+    "init and batches (seed 42, no early stop)",
     "seeds: 3 for the baseline (claims 1, 3, 7) and for each direction (claim 6); the paper used 5+",
     "runs read only for τ (not the seeds, not the K = 20 Hessian run) stop once the candidate "
     "loss stays below 0.1 log K for 3 evals (default: 0.05 log K for 10)",
@@ -379,7 +385,10 @@ def study_runs(scale: str) -> dict[str, dict[str, dict]]:
             seen[name] = options
             out[key][name] = options
     if scale == "paper":  # runs read only for τ stop sooner (FAST_STOP)
-        full = set(out["seeds"]) | set(out["parity"]) | set(GEOMETRY[scale].get("also", []))
+        parity = {
+            n for key, members in out.items() if key.split("/")[0] == "parity" for n in members
+        }
+        full = set(out["seeds"]) | parity | set(GEOMETRY[scale].get("also", []))
         out = {
             key: {n: o if n in full else {**o, **FAST_STOP} for n, o in members.items()}
             for key, members in out.items()

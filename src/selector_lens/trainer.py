@@ -53,16 +53,18 @@ class BatchOrder:
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
-    """Learning rate for optimizer step `step` (1-based): linear warmup, then constant or cosine
-    (parity "paper": the paper code's own schedule, `parity.lr_factor`)."""
+    """Learning rate for optimizer step `step` (1-based): linear warmup, then constant or a cosine
+    to 0 at `cosine_steps` (default: `steps`). Parity "paper": the same schedule as the paper
+    code's LambdaLR computes it (`parity.schedule_factor`)."""
     if cfg.task.parity == "paper":
-        from .parity import lr_factor
+        from .parity import schedule_factor
 
-        return cfg.lr * lr_factor(step)
+        return cfg.lr * schedule_factor(cfg, step)
     if step <= cfg.warmup_steps:
         return cfg.lr * step / cfg.warmup_steps
     if cfg.schedule == "cosine":
-        frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        end = cfg.cosine_steps or cfg.steps
+        frac = (step - cfg.warmup_steps) / max(1, end - cfg.warmup_steps)
         return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
     return cfg.lr
 

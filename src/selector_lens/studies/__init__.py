@@ -4,7 +4,7 @@ Every run a scale needs is listed in `presets` and trained once, into `<root>/ru
 (resumable: finished runs are reused; a run two studies need is shared). Each study then
 measures, writes `<root>/<study>/<name>.json` and `.html`, and returns a `Study`: its numbers, its
 figures, and one `Claim` row per claim it tests (paper, ours, verdict, settings). Scales: `cpu`
-(this two-core machine), `paper` (the paper's settings, ~13 h here: `reproduce --plan` costs it)
+(CPU-sized), `paper` (the paper's settings, hours: `reproduce --plan` prices it)
 and `tiny` (the test suite's seconds-long version; its verdicts mean nothing).
 
 The `seeds` study (several seeds of one config) feeds claims 1 (marginal first), 3 (collective
