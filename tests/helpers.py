@@ -110,6 +110,7 @@ def render(path):
         errors, requests = [], []
         page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
         page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("dialog", lambda d: (errors.append(f"dialog: {d.message}"), d.dismiss()))
         page.on("request", lambda req: requests.append(req.url))
         page.goto(path.resolve().as_uri())
         page.wait_for_function("document.querySelectorAll('div.fig').length > 0")

@@ -84,6 +84,16 @@ def test_resume_equals_uninterrupted(tmp_path, monkeypatch):
             assert a[key] == b[key], (a["step"], key)
 
 
+def test_a_run_killed_before_its_first_checkpoint_logs_step_0_once(tmp_path, monkeypatch):
+    cfg = tiny(steps=40)
+    full = sl.train(cfg, out=tmp_path / "full").metric_rows()
+    train_until_killed(cfg, tmp_path / "k", monkeypatch, evals=2)  # state at 0, dies at step 10
+    assert sl.Run.open(tmp_path / "k").steps == [0]
+    resumed = sl.train(cfg, out=tmp_path / "k", resume=True).metric_rows()
+    assert [r["step"] for r in resumed] == [0, 10, 20, 30, 40]
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in full]
+
+
 def test_resume_can_extend_the_step_budget(tmp_path):
     run = sl.train(tiny(steps=20), out=tmp_path / "r")
     run = sl.train(tiny(steps=40), out=tmp_path / "r", resume=True)

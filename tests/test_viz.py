@@ -122,6 +122,19 @@ def test_dashboard_renders_offline_in_chromium(run, tmp_path):
     assert colors is None or len(colors) > 100  # not blank
 
 
+def test_a_hostile_run_path_runs_no_script(run, tmp_path):
+    """A run path is a value in the page's run-info JSON: it cannot close the script block."""
+    hostile = tmp_path / "a</script><script>alert(1)</script>" / "run"
+    shutil.copytree(run.path, hostile)
+    path = run_dashboard(sl.Run.open(hostile), tmp_path / "h.html", patch_steps=2, explorer_steps=2)
+    html = path.read_text()
+    assert "<script>alert(1)" not in html
+    info = json.loads(html.split("id='run-info'>")[1].split("</script>")[0])
+    assert info["run"] == str(hostile)  # read back as it was
+    errors, *_ = render(path)
+    assert errors == []  # an alert would be recorded as "dialog: 1"
+
+
 def test_analyze_stores_what_the_dashboard_reads(run, tmp_path, monkeypatch):
     """After `selector-lens analyze`, a dashboard computes nothing from checkpoints: every table
     comes from the store (a checkpoint load would raise here), and draws the same figures."""

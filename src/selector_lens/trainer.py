@@ -248,7 +248,7 @@ class _RunState:
             self.streak = self.streak + 1 if solved(cfg, r) else 0
         self.log = open(metrics_path, "a")
         self.t0 = time.perf_counter() - elapsed
-        if self.step == 0:
+        if not has_state:  # a state at step 0 already holds step 0's row and checkpoint
             rundir.update(out, eval_groups=self.eval_set.groups.tolist())
             self.evaluate(0)
             self.checkpoint(0)

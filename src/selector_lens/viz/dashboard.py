@@ -38,6 +38,13 @@ def write_html(path, title: str, blocks: list) -> Path:
     return path
 
 
+def script_json(obj) -> str:
+    """JSON to place inside a `<script>` block: `<`, `>` and `&` as \\u escapes, so no value (a run
+    path such as `a</script><script>...`) can close the block; JSON.parse reads it back as it was."""
+    text = json.dumps(obj)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def _summary_table(items) -> str:
     body = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(f'{v:.4g}' if isinstance(v, float) else str(v))}</td></tr>"
@@ -77,7 +84,7 @@ def draw_run(t, out, run_path) -> Path:
             "<p class='note'>Left out: " + "; ".join(html.escape(n) for n in t.notes) + "</p>"
         )
     info = {"run": str(run_path), "tau": t.tau, "routing_head": t.routing}
-    blocks.append(f"<script type='application/json' id='run-info'>{json.dumps(info)}</script>")
+    blocks.append(f"<script type='application/json' id='run-info'>{script_json(info)}</script>")
     return write_html(out, f"selector-lens: {t.name}", blocks)
 
 
