@@ -111,6 +111,7 @@ def test_train_sets_every_option(monkeypatch, tmp_path):
         grad_clip=0.5,
         schedule="cosine",
         warmup_steps=2,
+        cosine_steps=6,
         eval_every=3,
         ckpt_every=4,
         eval_groups="all",
