@@ -118,6 +118,7 @@ def test_train_sets_every_option(monkeypatch, tmp_path):
         early_stop=False,
         early_stop_frac=0.2,
         early_stop_evals=2,
+        early_stop_acc=0.9,
         seed=9,
         device="auto",
     )

@@ -135,7 +135,34 @@ def test_early_stop_once_solved_for_a_while(tmp_path):
 def test_solved_line_per_direction(direction, row, want):
     from selector_lens.trainer import solved
 
-    assert solved(tiny(task={"direction": direction}), row) is want
+    assert solved(tiny(task={"direction": direction}), row, {}) is want
+
+
+@pytest.mark.parametrize(
+    "row,want",
+    [
+        ({"token_acc": 0.95, "first_target_loss": 0.399}, True),  # both lines reached
+        ({"token_acc": 0.949, "first_target_loss": 0.0}, False),  # accuracy short
+        ({"token_acc": 1.0, "first_target_loss": 0.4}, False),  # lag rule: strictly below 0.1 x 4.0
+    ],
+)
+def test_accuracy_stop_needs_accuracy_and_the_papers_lag_rule(row, want):
+    from selector_lens.trainer import solved
+
+    for direction in ("bz_to_a", "a_to_b"):
+        full = {"candidate_loss": 9.0, "loss": 9.0, **row}
+        cfg = tiny(task={"direction": direction}, early_stop_acc=0.95)  # replaces the loss line
+        assert solved(cfg, full, {"first_target_loss": 4.0}) is want
+
+
+def test_an_accuracy_stopped_run_stops_after_its_evals_in_a_row(tmp_path):
+    cfg = tiny(steps=200, eval_every=10, early_stop_acc=0.01, early_stop_evals=2)
+    rows = sl.train(cfg, out=tmp_path / "r").metric_rows()
+    first = rows[0]["first_target_loss"]
+    hits = [r["step"] for r in rows if r["first_target_loss"] < 0.1 * first]
+    assert hits, "the tiny run should reach the lag line within 200 steps"
+    streak = next(s for s in hits if s + 10 in hits)  # the first two evals in a row
+    assert rows[-1]["step"] == streak + 10
 
 
 def test_batch_order_is_a_fresh_permutation_each_epoch():
@@ -172,6 +199,7 @@ def test_reverse_direction_records_what_is_defined(tmp_path):
     "kw,words",
     [
         ({"lr": 0}, "lr must be positive"),
+        ({"early_stop_acc": 1.5}, "early_stop_acc must be in"),
         ({"batch_size": 0}, "batch_size"),
         ({"steps": -1}, "steps"),
         ({"eval_groups": "most"}, "eval_groups"),

@@ -118,6 +118,11 @@ class TrainConfig:
         0.05, "Early-stop line, in units of log K (reverse directions: nats)."
     )
     early_stop_evals: int = _opt(10, "Evals in a row below the early-stop line.")
+    early_stop_acc: float | None = _opt(
+        None,
+        "Early-stop line as token accuracy instead: an eval counts once token accuracy reaches "
+        "it and the first-target loss is below 0.1 x its step-0 value (the paper's lag rule).",
+    )
     seed: int = _opt(
         42, "Seed of the model init and the data order (and of the dataset, unless data_seed)."
     )
@@ -137,6 +142,8 @@ class TrainConfig:
             raise SelectorLensError(
                 f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}"
             )
+        if self.early_stop_acc is not None and not 0 < self.early_stop_acc <= 1:
+            raise SelectorLensError(f"early_stop_acc must be in (0, 1], got {self.early_stop_acc}")
         if self.cosine_steps is not None and self.cosine_steps <= self.warmup_steps:
             raise SelectorLensError(
                 f"cosine_steps must exceed warmup_steps ({self.warmup_steps}), "

@@ -31,6 +31,16 @@ TINY_RUN = {
     **TINY_MODEL,
 }
 
+DIRECTIONS = ["bz_to_a", "a_to_b", "az_to_b"]
+ACC_STOP = {"early_stop_acc": [0.95], "early_stop_evals": [3]}
+PAPER_BATCH_SCHEDULE = {
+    "schedule": ["cosine"],
+    "warmup_steps": [500],
+    "cosine_steps": [10_000],
+    "steps": [10_000],
+}
+PAPER_ASYM_SCHEDULE = {**PAPER_BATCH_SCHEDULE, "cosine_steps": [5000], "steps": [5000]}
+
 # Base options and grids. A grid's points are its base updated by each combination of values.
 PRESETS = {
     "seeds": {
@@ -95,6 +105,10 @@ PRESETS = {
             "base": {"k": 20, "n_bases": 1000, "seed": 42},
             "lr": {"lr": [3e-4, 5e-4, 1e-3, 2e-3, 5e-3]},
             "batch_size": {"batch_size": [64, 128, 256, 512]},
+            # the scatter of τ at the two lowest lr, and the batch sweep under the schedule the
+            # paper's batch runs had (its base.yaml: warm-up 500, cosine to 0 at 10,000 steps)
+            "lr_seeds": {"lr": [3e-4, 5e-4], "seed": [43, 44]},
+            "batch_cosine": {"batch_size": [64, 128, 256, 512], **PAPER_BATCH_SCHEDULE},
         },
         "tiny": {
             "base": {
@@ -125,6 +139,16 @@ PRESETS = {
         "paper": {  # az_to_b: the reverse the paper's code runs (z kept, redundant)
             "base": {"k": 10, "n_bases": 1000},
             "grid": {"direction": ["bz_to_a", "a_to_b", "az_to_b"], "seed": [42, 43, 44]},
+            # K = 5, 10, 20, each run on until token accuracy 0.95 and the paper's lag line
+            # (first-target loss < 0.1 x step 0's), at our constant lr and (one seed) under the
+            # paper's asymmetry schedule (warm-up 500, cosine to 0 at 5,000 steps)
+            "k": {"k": [5, 10, 20], "direction": DIRECTIONS, "seed": [42, 43, 44], **ACC_STOP},
+            "cosine": {
+                "k": [5, 10, 20],
+                "direction": DIRECTIONS,
+                **ACC_STOP,
+                **PAPER_ASYM_SCHEDULE,
+            },
         },
         "tiny": {
             "base": TINY_RUN,
@@ -237,6 +261,12 @@ PAPER_CUTS = [
     "parity: the K = 10 baseline (4,000 steps) and K = 20 (8,000 steps) with the paper code's data, "
     "init and batches (seed 42, no early stop)",
     "seeds: 3 for the baseline (claims 1, 3, 7) and for each direction (claim 6); the paper used 5+",
+    "claim 6 at K = 5, 10, 20 (3 seeds, our constant lr; one seed under the paper's warm-up 500 + "
+    "cosine to 0 at 5,000 steps), each run on until token accuracy 0.95 and first-target loss < 0.1 x "
+    "its step-0 value for 3 evals, or its step budget (then censored)",
+    "claim 4: the lr runs below 5e-3 run on to the default stop (candidate loss < 0.05 log K); seeds "
+    "43, 44 at lr 3e-4 and 5e-4; the batch sizes again under the paper's batch-run schedule (warm-up "
+    "500, cosine to 0 at 10,000 steps)",
     "runs read only for τ (not the seeds, not the K = 20 Hessian run) stop once the candidate "
     "loss stays below 0.1 log K for 3 evals (default: 0.05 log K for 10)",
     "evaluation: a seeded subset of groups, fewer as K grows so an eval costs about what K = 10's does "
@@ -336,8 +366,17 @@ def canonical(options: dict) -> dict:
     return {"k": defaults["k"], "n_bases": defaults["n_bases"], "seed": defaults["seed"], **options}
 
 
-NAME_ORDER = ("parity", "direction", "lr", "batch_size", "z_length", "z_groups")
-SHORT = {"batch_size": "bs", "z_length": "z", "z_groups": "g"}
+NAME_ORDER = (
+    "parity",
+    "direction",
+    "lr",
+    "batch_size",
+    "z_length",
+    "z_groups",
+    "schedule",
+    "early_stop_acc",
+)
+SHORT = {"batch_size": "bs", "z_length": "z", "z_groups": "g", "early_stop_acc": "acc"}
 
 
 def run_name(options: dict) -> str:
@@ -350,6 +389,8 @@ def run_name(options: dict) -> str:
         "batch_size": 128,
         "z_length": 2,
         "z_groups": 1,
+        "schedule": "constant",
+        "early_stop_acc": None,
     }
     parts = [f"k{options.get('k', 10)}", f"nb{options['n_bases']}"]
     for key in NAME_ORDER:
@@ -388,7 +429,18 @@ def study_runs(scale: str) -> dict[str, dict[str, dict]]:
         parity = {
             n for key, members in out.items() if key.split("/")[0] == "parity" for n in members
         }
-        full = set(out["seeds"]) | parity | set(GEOMETRY[scale].get("also", []))
+        # claim 4's lr runs run on to 0.05 log K (the paper's window ends there); the lr that
+        # never escapes keeps the short stop
+        lr = {
+            n
+            for key in ("noise/lr", "noise/lr_seeds")
+            for n, o in out[key].items()
+            if o.get("lr", 1e-3) < NEVER_LR
+        }
+        accuracy = {
+            n for members in out.values() for n, o in members.items() if "early_stop_acc" in o
+        }
+        full = set(out["seeds"]) | parity | lr | accuracy | set(GEOMETRY[scale].get("also", []))
         out = {
             key: {n: o if n in full else {**o, **FAST_STOP} for n, o in members.items()}
             for key, members in out.items()

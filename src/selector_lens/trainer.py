@@ -95,9 +95,17 @@ def train_step(models, opts, batches: torch.Tensor, first: int, grad_clip: float
     return losses.detach()
 
 
-def solved(cfg: TrainConfig, row: dict) -> bool:
-    """Is this eval below the early-stop line (see TrainConfig)?"""
+LAG_FRAC = 0.1  # the paper's lag rule: first-target loss below 0.1 x its step-0 value
+
+
+def solved(cfg: TrainConfig, row: dict, first: dict) -> bool:
+    """Is this eval below the early-stop line (see TrainConfig)? `first`: the step-0 row."""
     task = cfg.task
+    if cfg.early_stop_acc is not None:
+        return (
+            row["token_acc"] >= cfg.early_stop_acc
+            and row["first_target_loss"] < LAG_FRAC * first["first_target_loss"]
+        )
     if task.direction == "b_to_a":
         return False
     if task.has_candidates:
@@ -245,7 +253,7 @@ class _RunState:
             metrics_path.write_text("")
         self.streak = 0
         for r in self.rows:
-            self.streak = self.streak + 1 if solved(cfg, r) else 0
+            self.streak = self.streak + 1 if solved(cfg, r, self.rows[0]) else 0
         self.log = open(metrics_path, "a")
         self.t0 = time.perf_counter() - elapsed
         if not has_state:  # a state at step 0 already holds step 0's row and checkpoint
@@ -295,7 +303,7 @@ class _RunState:
         self.log.write(json.dumps(row) + "\n")
         self.log.flush()
         self.rows.append(row)
-        self.streak = self.streak + 1 if solved(self.cfg, row) else 0
+        self.streak = self.streak + 1 if solved(self.cfg, row, self.rows[0]) else 0
         return row
 
     def checkpoint(self, step: int) -> None:
