@@ -6,7 +6,7 @@ On each of the seeds study's runs: the routing head (largest mean-ablation incre
 candidate loss at post = 1.5τ, never assumed), the onset of its attention to z, the onset of
 Δz (> 0.1 nats), τ, the leads as fractions of τ (paper: ~0.5), the head's mean ablation at pre /
 mid / post, and the best single head kept alone (sufficiency). Writes DIR/cascade.json and .html
-(`selector_lens.studies.cascade_study`).
+(`selector_lens.paper.studies.cascade_study`).
 """
 
 import sys

@@ -5,7 +5,7 @@
 Trains (or reuses) the seeds study's runs (cpu: K=5, n_bases=800, seeds 42, 1, 2), then reads the
 per-group accuracy stored at every eval: fraction of groups solved (> 50% of their K examples) at
 τ/2, τ, 1.5τ; the 10%-90% crossing window over τ, against ~0.8 x the span for group-by-group
-learning. Writes DIR/collective.json and DIR/collective.html (`selector_lens.studies.collective`).
+learning. Writes DIR/collective.json and DIR/collective.html (`selector_lens.paper.studies.collective`).
 """
 
 import sys

@@ -6,7 +6,7 @@ Both directions train on the same strings (the generator does not depend on the 
 the same model and optimiser, over several seeds. Waiting time, defined identically for both:
 the first eval step with teacher-forced token accuracy (target tokens + EOS) >= 0.95
 (`transition.solve_time`). Writes DIR/asymmetry.json and DIR/asymmetry.html.
-The study lives in `selector_lens.studies.asymmetry`.
+The study lives in `selector_lens.paper.studies.asymmetry`.
 """
 
 import sys

@@ -6,7 +6,7 @@ G super-groups of bases, each with its own K selectors (`SelectorTask(z_groups=G
 and D; G = 1 is the ordinary task. If gradients from the groups that share a z cancelled and
 held the model on the plateau, τ would grow about linearly in G; the paper measures an exponent
 of ~0.02. Writes DIR/sharing/sharing.json and .html. The study lives in
-`selector_lens.studies.sharing`; the report reads it as a sub-claim of claim 8.
+`selector_lens.paper.studies.sharing`; the report reads it as a sub-claim of claim 8.
 """
 
 import sys

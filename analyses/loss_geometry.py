@@ -6,7 +6,7 @@ On the seeds study's first run, at pre / mid / post / final: λmax (power iterat
 top eigenvectors (Lanczos) of the training loss's Hessian on a fixed, seeded subsample (cpu: 512
 examples; the size is reported: estimates depend on it), their ratio, and the share of minibatch
 gradient noise along the top directions vs a random subspace. Writes DIR/geometry.json and .html
-(`selector_lens.studies.geometry`; one checkpoint: `selector-lens landscape`).
+(`selector_lens.paper.studies.geometry`; one checkpoint: `selector-lens landscape`).
 """
 
 import sys

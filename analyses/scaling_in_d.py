@@ -7,7 +7,7 @@ with the other studies). Writes DIR/scaling/scaling.json (every run's τ and the
 (τ vs D with the fitted line and band, τ vs K). `--scale cpu`: K=5 at D = 500..4000 and K = 4, 5,
 10 at D = 2000 (~8 min). `--scale paper`: K = 3, 5, 7, 10, 15, 20, 25, 36 at n_bases = 1000, and
 K in {5, 10, 20, 36} at D = 10k and 20k (`selector-lens reproduce --scale paper --plan` costs it).
-The study itself lives in `selector_lens.studies.scaling` (also used by `selector-lens reproduce`).
+The study itself lives in `selector_lens.paper.studies.scaling` (also used by `selector-lens reproduce`).
 """
 
 import sys

@@ -17,7 +17,7 @@ import sys
 import time
 
 import selector_lens as sl
-from selector_lens.interventions.ablation import head_ablation
+from selector_lens.analysis.ablation import head_ablation
 
 from bench_core import timed, toolkit_steps  # benchmarks/ is on sys.path when run as a script
 
@@ -73,8 +73,8 @@ def questions(run, train_s: float) -> None:
     import tempfile
     from pathlib import Path
 
-    from selector_lens.run_tables import run_dashboard
-    from selector_lens.store import STORE_DIR
+    from selector_lens.viz.dashboard import run_dashboard
+    from selector_lens.runs.store import STORE_DIR
 
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / run.path.name

@@ -22,7 +22,7 @@ import time
 import torch
 
 import selector_lens as sl
-from selector_lens.trainer import BatchOrder
+from selector_lens.task.order import BatchOrder
 
 from bench_core import timed, toolkit_steps  # benchmarks/ is on sys.path when run as a script
 

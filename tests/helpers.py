@@ -32,7 +32,7 @@ def tiny(**kw) -> sl.TrainConfig:
 
 def train_until_killed(cfg, out, monkeypatch, evals: int):
     """Train `cfg` into `out` but die (KeyboardInterrupt) on the `evals`-th evaluation."""
-    from selector_lens import trainer
+    from selector_lens.training import trainer
 
     calls = {"n": 0}
     real = trainer.evaluate

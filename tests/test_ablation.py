@@ -5,8 +5,9 @@ import pytest
 import torch
 
 import selector_lens as sl
-from selector_lens.interventions.ablation import head_ablation, resample_sources
-from selector_lens.metrics import evaluate_branches, make_eval_set
+from selector_lens.analysis.ablation import head_ablation, resample_sources
+from selector_lens.model.metrics import evaluate_branches
+from selector_lens.task.eval_set import make_eval_set
 from tests.helpers import tiny
 
 MCFG = sl.ModelConfig(n_layers=2, n_heads=2, d_model=32, d_head=16, d_mlp=64)
@@ -185,7 +186,7 @@ def planted(run, keep: tuple[int, int], out):
     import json
     import shutil
 
-    from selector_lens.model import save_weights
+    from selector_lens.model.adapter import save_weights
 
     shutil.copytree(run.path, out)
     copy = sl.Run.open(out)
@@ -222,7 +223,7 @@ def test_cascade_onsets_on_a_synthetic_log(tmp_path):
     import json
     import math
 
-    from selector_lens import rundir
+    from selector_lens.runs import rundir
 
     cfg = tiny()
     rundir.create(tmp_path / "r", cfg.to_dict(), sl.__version__, cfg.task.generate().to_json())

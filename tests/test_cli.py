@@ -81,7 +81,7 @@ def test_every_config_field_is_a_train_option():
 
 def test_train_sets_every_option(monkeypatch, tmp_path):
     """Every option reaches the config the trainer gets (non-default values, one run of the CLI)."""
-    from selector_lens import trainer
+    from selector_lens.training import trainer
 
     values = dict(
         k=4,

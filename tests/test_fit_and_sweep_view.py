@@ -5,8 +5,8 @@ import pytest
 
 import selector_lens as sl
 from selector_lens import viz
-from selector_lens.runs import run_table
-from selector_lens.transition import (
+from selector_lens.runs.run import run_table
+from selector_lens.runs.transition import (
     first_below,
     plateau_height,
     power_law_fit,
@@ -110,7 +110,7 @@ def test_sweep_dashboard_renders(sweep, tmp_path):
 
 
 def test_collective_transition_on_synthetic_groups():
-    from selector_lens.transition import collective_transition
+    from selector_lens.runs.transition import collective_transition
 
     steps = list(range(0, 1100, 100))
     # ten groups of K=4: all cross (> 2 of 4 right) between steps 500 and 600, one never does

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import selector_lens as sl
-from selector_lens import fused
-from selector_lens.trainer import train_many, train_step
+from selector_lens.model import fused
+from selector_lens.training.trainer import train_many, train_step
 
 from tests.helpers import tiny
 
@@ -168,7 +168,7 @@ def test_batched_runs_must_share_a_shape(tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc")
 def test_freed_memory_is_kept_unless_the_user_tuned_malloc():
     assert fused.keep_freed_memory() and fused.keep_freed_memory()  # once per process, then cached
-    code = "from selector_lens import fused; print(fused.keep_freed_memory())"
+    code = "from selector_lens.model import fused; print(fused.keep_freed_memory())"
     env = {**os.environ, "MALLOC_ARENA_MAX": "2"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr

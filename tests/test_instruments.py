@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import selector_lens as sl
-from selector_lens.lens import lens_metrics, logit_lens
-from selector_lens.representations import representation_stats, variance_split
-from selector_lens.trajectory import trajectory, weight_trajectory
+from selector_lens.analysis.lens import lens_metrics, logit_lens
+from selector_lens.analysis.representations import representation_stats, variance_split
+from selector_lens.analysis.trajectory import trajectory, weight_trajectory
 from tests.helpers import tiny
 
 
@@ -91,7 +91,7 @@ def test_weight_trajectory_of_a_run_reads_every_checkpoint(run):
 
 
 def test_weight_trajectory_is_kept_and_served_to_a_published_copy(run, tmp_path):
-    from selector_lens.publish import publish_run
+    from selector_lens.paper.publish import publish_run
 
     table = weight_trajectory(run)
     publish_run(run, tmp_path / "pub")

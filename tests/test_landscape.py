@@ -5,7 +5,7 @@ import torch
 from torch.func import functional_call
 
 import selector_lens as sl
-from selector_lens import landscape as ls
+from selector_lens.analysis import landscape as ls
 
 from tests.helpers import tiny
 

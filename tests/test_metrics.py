@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import selector_lens as sl
-from selector_lens.metrics import make_eval_set
+from selector_lens.task.eval_set import make_eval_set
 
 
 def naive_metrics(model, es):
@@ -176,7 +176,7 @@ def test_shape_contracts_are_checked_while_testing():
 
     from jaxtyping import TypeCheckError
 
-    from selector_lens import fused
+    from selector_lens.model import fused
 
     es = make_eval_set(sl.SelectorTask(k=2, n_bases=3).generate())
     with pytest.raises(TypeCheckError):

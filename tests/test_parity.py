@@ -11,12 +11,13 @@ import torch
 
 import selector_lens as sl
 from selector_lens.errors import SelectorLensError
-from selector_lens.importer import import_run
-from selector_lens.interventions.ablation import training_set_ablation
-from selector_lens.model import build_model
-from selector_lens.importer import config_from_paper
-from selector_lens.parity import PaperBatchOrder, rng_after_init
-from selector_lens.trainer import lr_at, train_step
+from selector_lens.paper.importer import import_run
+from selector_lens.analysis.ablation import training_set_ablation
+from selector_lens.model.adapter import build_model
+from selector_lens.paper.importer import config_from_paper
+from selector_lens.task.paper import PaperBatchOrder
+from selector_lens.model.adapter import rng_after_init
+from selector_lens.training.trainer import lr_at, train_step
 from tests.helpers import tiny
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "synass-k10"
@@ -199,7 +200,7 @@ def test_a_crafted_pickle_is_refused_and_never_run(tmp_path):
 
 
 def test_checkpoints_written_before_parity_existed_still_belong_to_their_runs():
-    from selector_lens.model import config_hash
+    from selector_lens.model.adapter import config_hash
 
     # the hash checkpoints of this config carried before the parity field was added
     assert (

@@ -3,7 +3,7 @@ import torch
 from transformer_lens import patching as tlp
 
 import selector_lens as sl
-from selector_lens.interventions.patching import SITES
+from selector_lens.analysis.patching import SITES
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_patch_series_skips_only_positions_that_cannot_matter(tmp_path, site):
     writes as 0 without a forward pass, equals 0 when patched for real."""
     import numpy as np
 
-    from selector_lens.interventions.patching import normalized_logit_diff, patch, z_corruption
+    from selector_lens.analysis.patching import normalized_logit_diff, patch, z_corruption
     from tests.helpers import tiny
 
     run = sl.train(tiny(steps=60, early_stop=False), out=tmp_path / "r")

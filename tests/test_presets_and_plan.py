@@ -2,9 +2,9 @@
 
 import pytest
 
-from selector_lens import presets
+from selector_lens.paper import presets
 from selector_lens.errors import SelectorLensError
-from selector_lens.plan import expected_steps, plan
+from selector_lens.paper.plan import expected_steps, plan
 
 
 def test_the_paper_preset_keeps_the_papers_settings():
@@ -101,7 +101,7 @@ def test_plan_adds_up_given_costs():
     runs = presets.pool("paper")
     shapes = {}
     for o in runs.values():
-        from selector_lens.metrics import resolve_eval_groups
+        from selector_lens.task.eval_set import resolve_eval_groups
 
         shapes[(o["k"], resolve_eval_groups(o.get("eval_groups", "auto"), o["n_bases"]))] = 1.0
     costs = {

@@ -8,11 +8,11 @@ import pytest
 from pathlib import Path
 
 import selector_lens as sl
-from selector_lens import studies, verdicts
-from selector_lens.presets import pool, study_runs
-from selector_lens.publish import publish
-from selector_lens.studies import reproduce
-from selector_lens.studies.base import _fmt
+from selector_lens.paper import studies, verdicts
+from selector_lens.paper.presets import pool, study_runs
+from selector_lens.paper.publish import publish
+from selector_lens.paper.studies import reproduce
+from selector_lens.paper.studies.base import _fmt
 
 from tests.helpers import cli
 
@@ -130,7 +130,7 @@ def test_the_report_rebuilds_from_published_files_alone(report, tmp_path):
         sl.Run.open(pub / "runs" / name).task_data.to_json()
         == sl.Run.open(root / "runs" / name).task_data.to_json()
     )
-    from selector_lens.run_tables import run_dashboard
+    from selector_lens.viz.dashboard import run_dashboard
 
     page = run_dashboard(sl.Run.open(pub / "runs" / name), tmp_path / "run.html").read_text()
     assert "not stored with this published run" in page  # the rest, drawn from its store

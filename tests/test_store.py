@@ -7,10 +7,10 @@ import torch
 
 import selector_lens as sl
 from selector_lens.errors import SelectorLensError
-from selector_lens.interventions import ablation
-from selector_lens.model import save_weights
-from selector_lens.publish import publish_run
-from selector_lens.store import STORE_DIR
+from selector_lens.analysis import ablation
+from selector_lens.model.adapter import save_weights
+from selector_lens.paper.publish import publish_run
+from selector_lens.runs.store import STORE_DIR
 from tests.helpers import tiny
 
 

@@ -4,11 +4,11 @@ import pandas as pd
 import pytest
 
 import selector_lens as sl
-from selector_lens.runs import run_table
-from selector_lens import rundir
+from selector_lens.runs.run import run_table
+from selector_lens.runs import rundir
 from selector_lens.config import from_options
-from selector_lens.sweep import SweepSpec, run_point, run_sweep, worker_threads
-from selector_lens.transition import nominal_d, scaling_fits
+from selector_lens.training.sweep import SweepSpec, run_point, run_sweep, worker_threads
+from selector_lens.runs.transition import nominal_d, scaling_fits
 from tests.helpers import train_until_killed
 
 TINY = {
@@ -240,7 +240,7 @@ def test_killing_a_sweep_leaves_no_worker_behind(tmp_path):
 def test_batched_executor_trains_compatible_points_together(tmp_path, monkeypatch):
     """Two seeds and three K (same shapes; D = 16, 24, 32 at batch 16: K=3's epochs end in a
     batch of 8) in one batched model; a point that fails, fails alone."""
-    from selector_lens import trainer
+    from selector_lens.training import trainer
 
     widths, real = [], trainer.train_step
     monkeypatch.setattr(

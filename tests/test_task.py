@@ -5,7 +5,7 @@ import torch
 
 import selector_lens as sl
 from selector_lens import SelectorLensError, SelectorTask
-from selector_lens.task import BOS, EOS, SEP, decode, encode
+from selector_lens.task.vocab import BOS, EOS, SEP, decode, encode
 
 
 def test_layout_of_the_paper_sequence():
@@ -108,7 +108,7 @@ def test_impossible_configs_are_one_clear_error(kw, words):
 def test_selector_super_groups_string_by_string():
     """z_groups = 2: bases 0 and 2 use the first K selectors, base 1 the next K; every example's
     z is its super-group's i-th, and the K = 2 candidates of a base are still its own targets."""
-    from selector_lens.task import decode
+    from selector_lens.task.vocab import decode
 
     task = sl.SelectorTask(k=2, n_bases=3, z_groups=2, seed=1)
     data = task.generate()
@@ -146,7 +146,7 @@ def test_bad_super_groups(kw, words):
 def test_deranged_z_comes_from_the_same_base():
     """The eval set's z-deranged prefix carries another selector of the example's own base (its
     super-group's), never one of another super-group."""
-    from selector_lens.metrics import make_eval_set
+    from selector_lens.task.eval_set import make_eval_set
 
     task = sl.SelectorTask(k=3, n_bases=4, z_groups=2)
     data = task.generate()

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 import selector_lens as sl
-from selector_lens import rundir
-from selector_lens.model import load_weights, save_weights
-from selector_lens.trainer import BatchOrder, lr_at
+from selector_lens.runs import rundir
+from selector_lens.model.adapter import load_weights, save_weights
+from selector_lens.task.order import BatchOrder
+from selector_lens.training.trainer import lr_at
 from tests.helpers import tiny, train_until_killed
 
 KEYS = (
@@ -62,7 +63,7 @@ def test_model_at_loads_the_trained_weights(tmp_path, tiny_cfg):
     a, b = run.model_at(40), run.model_at(0)
     x = run.task_data.tokens
     assert not torch.equal(a(x), b(x))
-    from selector_lens.metrics import make_eval_set
+    from selector_lens.task.eval_set import make_eval_set
 
     again = sl.evaluate(a, make_eval_set(run.task_data, tiny_cfg.eval_groups, seed=tiny_cfg.seed))
     assert again["loss"] == pytest.approx(run.metrics.loss.iloc[-1], abs=1e-6)
@@ -133,7 +134,7 @@ def test_early_stop_once_solved_for_a_while(tmp_path):
     ],
 )
 def test_solved_line_per_direction(direction, row, want):
-    from selector_lens.trainer import solved
+    from selector_lens.training.trainer import solved
 
     assert solved(tiny(task={"direction": direction}), row, {}) is want
 
@@ -147,7 +148,7 @@ def test_solved_line_per_direction(direction, row, want):
     ],
 )
 def test_accuracy_stop_needs_accuracy_and_the_papers_lag_rule(row, want):
-    from selector_lens.trainer import solved
+    from selector_lens.training.trainer import solved
 
     for direction in ("bz_to_a", "a_to_b"):
         full = {"candidate_loss": 9.0, "loss": 9.0, **row}

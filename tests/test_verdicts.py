@@ -2,8 +2,8 @@
 
 import pytest
 
-from selector_lens import verdicts as v
-from selector_lens.verdicts import NO_RESULT, NOT_REPRODUCED, PARTLY, REPRODUCED
+from selector_lens.paper import verdicts as v
+from selector_lens.paper.verdicts import NO_RESULT, NOT_REPRODUCED, PARTLY, REPRODUCED
 
 
 def seed(tau=1000, height=1.0, final=0.01, log_k=2.3):

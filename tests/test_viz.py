@@ -8,9 +8,10 @@ import pytest
 
 import selector_lens as sl
 from selector_lens import viz
-from selector_lens.run_tables import run_dashboard
-from selector_lens.transition import group_crossing_steps
-from selector_lens.viz.figures import DZ_FLOOR, thin
+from selector_lens.viz.dashboard import run_dashboard
+from selector_lens.runs.transition import group_crossing_steps
+from selector_lens.viz.figures import DZ_FLOOR
+from selector_lens.runs.steps import thin
 from tests.helpers import render, tiny
 
 
@@ -140,7 +141,7 @@ def test_analyze_stores_what_the_dashboard_reads(run, tmp_path, monkeypatch):
     comes from the store (a checkpoint load would raise here), and draws the same figures."""
     import shutil as sh
 
-    from selector_lens.run_tables import gather
+    from selector_lens.analysis.tables import gather
     from tests.helpers import cli
 
     copy = tmp_path / "r"

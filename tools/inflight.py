@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from selector_lens import rundir
+from selector_lens.runs import rundir
 
 IDENTITY = {"NAME": "selector-lens inflight", "EMAIL": "inflight@selector-lens"}  # unless set
 FILES = ("run.json", "data.json", "metrics.jsonl", "ckpt/last.pt")

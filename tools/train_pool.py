@@ -13,8 +13,8 @@ import argparse
 import os
 import sys
 
-from selector_lens.presets import pool
-from selector_lens.sweep import run_jobs, trained
+from selector_lens.paper.presets import pool
+from selector_lens.training.sweep import run_jobs, trained
 
 
 def main() -> int:

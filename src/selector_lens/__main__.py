@@ -1,3 +1,3 @@
-from .cli import main
+from selector_lens.cli import main
 
 main()

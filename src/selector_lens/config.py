@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from .errors import SelectorLensError
-from .task import D_VOCAB, SelectorTask, _opt
+from selector_lens.errors import SelectorLensError
+from selector_lens.task.selector import SelectorTask, _opt
 
 
 # What fused.forward reproduces (training and evaluation run through it; see fused.py).
@@ -46,34 +46,6 @@ class ModelConfig:
             raise SelectorLensError(
                 f"unknown normalization_type {self.normalization_type!r}; choose 'LN' or None"
             )
-
-    def hooked_config(self, task: SelectorTask, seed: int, device: str = "cpu"):
-        from transformer_lens import HookedTransformerConfig  # lazily: slow import
-
-        if task.parity == "paper":  # the paper's model factory: n_ctx 32 and seed 42, always
-            from .parity import MODEL_SEED, N_CTX
-
-            n_ctx, seed = self.n_ctx or N_CTX, MODEL_SEED
-        else:
-            n_ctx = self.n_ctx or max(16, task.seq_len)
-        if n_ctx < task.seq_len:
-            raise SelectorLensError(
-                f"n_ctx={n_ctx} is shorter than the task's {task.seq_len} tokens"
-            )
-        return HookedTransformerConfig(
-            n_layers=self.n_layers,
-            n_heads=self.n_heads,
-            d_model=self.d_model,
-            d_head=self.d_head,
-            d_mlp=self.d_mlp,
-            act_fn=self.act_fn,
-            normalization_type=self.normalization_type,
-            positional_embedding_type="standard",
-            n_ctx=n_ctx,
-            d_vocab=D_VOCAB,
-            seed=seed,
-            device=device,
-        )
 
 
 SCHEDULES = ("constant", "cosine")

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from .errors import SelectorLensError
+from selector_lens.errors import SelectorLensError
 
 
 def atomic_write(path: Path, write) -> None:

@@ -1,6 +1,6 @@
 """Plotly figures from the analysis tables, and the self-contained HTML dashboards."""
 
-from .figures import (
+from selector_lens.viz.figures import (
     ablation_heatmaps,
     attention_explorer,
     attention_heatmap,

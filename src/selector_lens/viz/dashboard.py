@@ -6,8 +6,8 @@ import html
 import json
 from pathlib import Path
 
-from ..transition import nominal_d
-from . import figures
+from selector_lens.runs.transition import nominal_d
+from selector_lens.viz import figures
 
 
 def write_html(path, title: str, blocks: list) -> Path:
@@ -91,8 +91,8 @@ def draw_run(t, out, run_path) -> Path:
 def sweep_dashboard(root, out) -> Path:
     """τ against D (log-log, fitted power law with its bootstrap band) and τ against K at fixed
     D, for every run under `root`; runs that never transitioned are listed, not fitted."""
-    from ..runs import run_table
-    from ..transition import power_law_fit
+    from selector_lens.runs.run import run_table
+    from selector_lens.runs.transition import power_law_fit
 
     table = run_table(root)
     done = table[table.tau.notna()]
@@ -123,3 +123,10 @@ def sweep_dashboard(root, out) -> Path:
     shown = table[cols].astype(object).where(table[cols].notna(), "no transition")
     blocks.append("<h2>Runs</h2>" + shown.to_html(index=False, float_format=lambda v: f"{v:.3g}"))
     return write_html(out, f"selector-lens sweep: {Path(root).name}", blocks)
+
+
+def run_dashboard(run, out, **options) -> Path:
+    """The run's story on one page: `gather` (from the store), then draw."""
+    from selector_lens.analysis.tables import gather
+
+    return draw_run(gather(run, **options), out, run.path)

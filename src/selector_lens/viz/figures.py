@@ -13,18 +13,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..transition import group_crossing_steps, nominal_d
+from selector_lens.runs.steps import thin
+from selector_lens.runs.transition import group_crossing_steps, nominal_d
 
 DZ_FLOOR = 1e-4  # Δz is drawn on a log axis: values below this (or negative) sit at the floor
-
-
-def thin(steps, max_steps: int):
-    """At most `max_steps` evenly spaced entries of the sorted `steps`, first and last kept."""
-    steps = sorted(steps)
-    if len(steps) <= max_steps:
-        return steps
-    idx = np.unique(np.linspace(0, len(steps) - 1, max_steps).round().astype(int))
-    return [steps[i] for i in idx]
 
 
 def loss_curves(metrics, log_k: float, tau: int | None = None) -> go.Figure:

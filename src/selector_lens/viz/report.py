@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from .dashboard import write_html
+from selector_lens.viz.dashboard import write_html
 
 VERDICT_COLOURS = {
     "reproduced": "#d4edda",
@@ -39,7 +39,7 @@ def write_report(output, summary: dict, claims, studies: list, root) -> None:
         + ", ".join(f"{k} {v:.0f} s" for k, v in times.items())
         + f"). Runs under <code>{html.escape(str(root))}</code>; rerunning reuses finished runs. "
         "τ = first eval step with candidate loss < 0.5 log K unless a claim says otherwise. "
-        "Verdict rules: <code>selector_lens/verdicts.py</code>.</p>"
+        "Verdict rules: <code>selector_lens/paper/verdicts.py</code>.</p>"
     )
     blocks = [intro, claims_table(claims)]
     for s in studies:

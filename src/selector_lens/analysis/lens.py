@@ -1,0 +1,104 @@
+"""The logit lens across checkpoints: what the residual stream at the a1-predicting position
+already says, read through `ln_final` and the unembedding after the embedding and every block.
+
+TransformerLens's `accumulated_resid` gives the stack (embedding + positions, then each block's
+`resid_post`); `ln_final` is applied to each layer's vector afresh (a lens, not the final layer's
+cached scale). The last layer's row is the model's own prediction.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Int
+
+from selector_lens.errors import SelectorLensError
+
+
+def a1_resid_stack(
+    model, tokens: Int[torch.Tensor, "batch seq"], pos: int
+) -> Float[torch.Tensor, "layer batch d_model"]:
+    """The residual stream at position `pos` after the embedding and after every block
+    (TransformerLens's `accumulated_resid`): what the logit lens and the representation
+    statistics read. Causal attention: the tokens after `pos` are not run."""
+    from selector_lens.model import fused
+
+    tokens = tokens[:, : pos + 1]
+    if not fused.stands_in(model):
+        _, cache = model.run_with_cache(
+            tokens, names_filter=lambda n: n.endswith(("resid_pre", "resid_post"))
+        )
+        return cache.accumulated_resid(pos_slice=pos)
+    stack = []
+    hooks = [
+        (f"blocks.{layer}.hook_resid_pre", lambda x, hook: stack.append(x[:, pos]))
+        for layer in range(model.cfg.n_layers)
+    ]
+    last = fused.forward(model, tokens, fwd_hooks=hooks, stop_at_layer=model.cfg.n_layers)
+    return torch.stack(stack + [last[:, pos]])
+
+
+def lens_metrics(
+    logits: Float[torch.Tensor, "layer batch vocab"],
+    correct: Int[torch.Tensor, " batch"],
+    firsts: Int[torch.Tensor, "batch k"],
+) -> list[dict]:
+    """Per layer: mean P(correct a1), top-1 accuracy, entropy (nats), and the loss of the correct
+    a1 among the base's K first characters (the candidate loss restricted to a1)."""
+    logp = logits.detach().double().log_softmax(-1)
+    rows = []
+    for layer, lp in enumerate(logp):
+        right = lp.gather(-1, correct[:, None])[:, 0]
+        cand = lp.gather(-1, firsts).log_softmax(-1)
+        idx = (firsts == correct[:, None]).double().argmax(-1)
+        rows.append(
+            {
+                "layer": layer,
+                "p_correct": float(right.exp().mean()),
+                "top1": float((lp.argmax(-1) == correct).double().mean()),
+                "entropy": float(-(lp.exp() * lp).sum(-1).mean()),
+                "candidate_loss": float(-cand.gather(-1, idx[:, None]).mean()),
+            }
+        )
+    return rows
+
+
+LENS_VERSION = "1"  # bump when the numbers change: stored tables are then recomputed
+
+
+def logit_lens(run, steps=None, recompute: bool = False):
+    """Rows {step, layer, p_correct, top1, entropy, candidate_loss}, per step in layer order
+    (layer 0 = the embedding, layer l = after block l - 1), on the run's evaluation set. Kept in
+    the run's analysis store (`recompute=True` bypasses it)."""
+    from selector_lens.runs.store import per_step
+
+    task = run.config.task
+    if not task.has_candidates:
+        raise SelectorLensError(
+            f"{run.path} is a {task.direction} run: the logit lens reads the a1 prediction"
+        )
+    params = {"eval_set": "the run's recorded groups"}
+    return per_step(
+        run,
+        "logit_lens",
+        LENS_VERSION,
+        params,
+        steps,
+        lambda todo: _lens_table(run, todo),
+        recompute,
+    )
+
+
+@torch.inference_mode()
+def _lens_table(run, steps):
+    import pandas as pd
+
+    task = run.config.task
+    es = run.eval_set()
+    pos = task.first_target_pos
+    correct = es.tokens[:, pos + 1]
+    firsts = es.candidates[:, :, 0]
+    rows = []
+    for step, model in run.series(steps):
+        logits = model.unembed(model.ln_final(a1_resid_stack(model, es.tokens, pos)))
+        rows += [{"step": step, **r} for r in lens_metrics(logits, correct, firsts)]
+    return pd.DataFrame(rows)

@@ -1,0 +1,185 @@
+"""What a run's dashboard shows, gathered once and kept with the run (`selector-lens analyze`).
+
+`gather` collects every table the dashboard draws: the metrics (no checkpoint needed), the head
+ablations at pre / mid / post and the routing head, attention to z, activation patching over
+the checkpoints, the weight trajectory, the logit lens, the representation statistics and the
+attention explorer's patterns.
+Each table that needs checkpoints goes through the analysis store (`store.py`), so the first
+call computes and stores it and later calls read it: `analyze` after training makes the
+dashboard a matter of drawing. `run_dashboard` is gather, then `viz.dashboard.draw_run`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from selector_lens.errors import SelectorLensError
+
+
+@dataclass
+class RunTables:
+    """Everything the run dashboard draws; None where the run cannot give it (see `notes`)."""
+
+    name: str
+    summary: list[tuple[str, object]]  # (label, value) rows of the header table
+    still_training: str | None  # a note when the run has not ended
+    metrics: object  # DataFrame, one row per evaluation
+    log_k: float
+    k: int
+    has_z: bool
+    has_candidates: bool
+    tau: int | None
+    phases: dict[str, int] | None
+    ablation: object = None  # ablate_each_head at pre / mid / post
+    routing: str | None = None  # the most necessary head at post
+    attention: object = None  # attention_to_z (from metrics.jsonl)
+    patching: object = None  # patch_series at resid_pre
+    token_labels: list[str] | None = None  # the example's tokens (patching and explorer axes)
+    weights: object = None  # weight_trajectory
+    lens: object = None  # logit_lens
+    representations: object = None  # representation_stats
+    explorer: dict | None = None  # {step: [layer, head, query, key]} of one example
+    example: int = 0
+    notes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # time spent on each table
+
+
+def gather(
+    run,
+    ablation: bool = True,
+    patch_steps: int = 8,
+    example: int = 0,
+    explorer_steps: int = 12,
+    mode: str = "mean",
+    lens_steps: int = 8,
+    recompute: bool = False,
+) -> RunTables:
+    """The dashboard's tables for `run`, from its store where they are kept (computed and stored
+    where they are not; `recompute=True` computes all). Parts that need what the run lacks (a
+    transition, z, candidates, weights) are left out with a note saying why."""
+    from selector_lens.analysis.attention import attention_to_z, example_patterns
+    from selector_lens.analysis.ablation import ablate_each_head
+    from selector_lens.analysis.patching import patch_series
+    from selector_lens.analysis.routing import most_necessary_head
+    from selector_lens.task.vocab import decode
+    from selector_lens.runs.steps import thin
+
+    rows = run.metric_rows()
+    if not rows:
+        raise SelectorLensError(f"{run.path} has no metrics yet: nothing to show")
+    cfg, task = run.config, run.config.task
+    if not 0 <= example < task.n_examples:
+        raise SelectorLensError(
+            f"example {example} out of range: the run has examples 0..{task.n_examples - 1}"
+        )
+    tau = run.tau()
+    last = rows[-1]
+    summary = [
+        (
+            "task",
+            f"{task.direction}, K={task.k}, n_bases={task.n_bases} (D={task.n_examples}), seed {cfg.seed}",
+        ),
+        (
+            "training",
+            f"lr {cfg.lr:g}, batch {cfg.batch_size}, {cfg.steps} steps max; status {run.status}",
+        ),
+        ("last eval step", last["step"]),
+        ("τ (candidate loss < 0.5 log K)", tau if tau is not None else "no transition (yet)"),
+        ("final candidate accuracy", last.get("candidate_acc")),
+        ("final Δz (nats)", last.get("dz")),
+    ]
+    still = None
+    if run.status == "running":
+        still = (
+            f"This run is still training (or was killed): showing the {len(rows)} evaluations "
+            f"and {len(run.steps)} checkpoints written so far."
+        )
+    phases = run.phases() if tau is not None and run.steps else None
+    t = RunTables(
+        run.path.name,
+        summary,
+        still,
+        run.metrics,
+        task.log_k,
+        task.k,
+        task.has_z,
+        task.has_candidates,
+        tau,
+        phases,
+        example=example,
+    )
+    clock = time.perf_counter
+
+    def part(name: str, compute):
+        """One table, timed. A published run serves what its store kept and has no weights to
+        compute the rest from: a missing table is then a note, not an error."""
+        t0 = clock()
+        try:
+            return compute()
+        except SelectorLensError as e:
+            if run.has_weights:
+                raise
+            t.notes.append(f"{name}: not stored with this published run ({e})")
+            return None
+        finally:
+            t.seconds[name] = clock() - t0
+
+    if ablation and phases and task.has_z:
+        steps = sorted({phases[p] for p in ("pre", "mid", "post")})
+        t.ablation = part(
+            "ablation", lambda: ablate_each_head(run, steps, mode, recompute=recompute)
+        )
+        if t.ablation is not None:
+            post = t.ablation[t.ablation.step == phases["post"]]
+            t.routing = "L{}H{}".format(*most_necessary_head(post)[0])
+    elif ablation:
+        t.notes.append(
+            "head ablation: needs a run with z that has transitioned (phases come from τ)"
+        )
+    if task.has_z:
+        t.attention = attention_to_z(run)
+    labels = decode(run.task_data.tokens[example].tolist())
+    t.token_labels = labels
+    if task.direction == "bz_to_a" and task.k > 1 and run.steps and patch_steps > 0:
+        t.patching = part(
+            "patching",
+            lambda: patch_series(
+                run, "resid_pre", thin(run.steps, patch_steps), recompute=recompute
+            ),
+        )
+    else:
+        t.notes.append("activation patching: needs a bz_to_a run with K >= 2 and checkpoints")
+    if run.steps:
+        from selector_lens.analysis.lens import logit_lens
+        from selector_lens.analysis.representations import representation_stats
+        from selector_lens.analysis.trajectory import weight_trajectory
+
+        t.weights = part("weights", lambda: weight_trajectory(run, recompute=recompute))
+        some = thin(run.steps, lens_steps)
+        if task.has_candidates:
+            t.lens = part("logit_lens", lambda: logit_lens(run, some, recompute=recompute))
+        if task.k > 1:
+            t.representations = part(
+                "representations", lambda: representation_stats(run, some, recompute=recompute)
+            )
+        t.explorer = part(
+            "explorer",
+            lambda: example_patterns(run, thin(run.steps, explorer_steps), example, recompute),
+        )
+    return t
+
+
+def analyze(run, recompute: bool = False) -> dict:
+    """Compute and store the standard set a dashboard (and `cascade`) reads: the routing head
+    (every head ablated at post), the ablations at pre / mid / post, patching, the logit lens,
+    the attention explorer's checkpoints. Returns the seconds each part took."""
+    from selector_lens.analysis.routing import find_routing_head
+
+    t = gather(run, recompute=recompute)
+    seconds = dict(t.seconds)
+    if t.phases and t.has_z:
+        t0 = time.perf_counter()
+        find_routing_head(run, t.phases["post"])  # its sufficiency table too
+        seconds["routing"] = time.perf_counter() - t0
+    return seconds

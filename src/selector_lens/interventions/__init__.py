@@ -1,1 +1,0 @@
-"""Interventions on a HookedTransformer: head ablation and activation patching."""

@@ -1,0 +1,104 @@
+"""Published results: what the report needs from a study root, small enough to commit.
+
+`publish(root, dest)` copies, per finished run, `run.json`, `metrics.jsonl.gz`, the analysis
+store (`analyses/`: every table computed from checkpoints) and `checkpoints.json` (step ->
+checksum of the weights left out, so phases and stored tables still resolve). The dataset is
+not copied: it is regenerated from the config (`SelectorTask.generate` is deterministic). Then the
+report is rebuilt from `dest` alone (`reproduce(from_=dest)`): study JSONs and HTML, `report.json`
+and `report.html`. Nothing in `dest` needs a checkpoint.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+from selector_lens.runs import rundir
+from selector_lens.errors import SelectorLensError
+from selector_lens.files import atomic_write
+from selector_lens.runs.run import Run
+from selector_lens.runs.store import MANIFEST, STORE_DIR, checkpoint_checksum
+
+LIMIT_MB = 25
+
+
+def publish_run(run: Run, dest: Path) -> None:
+    """One finished run's published form in `dest` (replacing what was there)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(run.path / rundir.RUN_JSON, dest / rundir.RUN_JSON)
+    raw = (run.path / rundir.METRICS).read_bytes()
+    atomic_write(
+        dest / rundir.METRICS_PACKED, lambda tmp: tmp.write_bytes(gzip.compress(raw, mtime=0))
+    )
+    manifest = {str(s): checkpoint_checksum(run.ckpt_path(s)) for s in run.steps}
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=0))
+    if (run.path / STORE_DIR).is_dir():
+        shutil.rmtree(dest / STORE_DIR, ignore_errors=True)
+        shutil.copytree(run.path / STORE_DIR, dest / STORE_DIR)
+
+
+def write_tau_vs_d_svg(scaling: dict, path: Path) -> None:
+    """τ against D on log-log axes with the fitted power law (from a scaling study's JSON)."""
+    from selector_lens.viz.static import loglog_svg
+
+    points = scaling.get("tau_vs_D_points") or []
+    if len(points) < 2:
+        return
+    fit = (scaling.get("fits") or {}).get("tau_vs_D")
+    title = "τ vs D at n_bases = 1000 (K = " + ", ".join(str(k) for _, _, k in points) + ")"
+    if fit:
+        lo, hi = fit["alpha_ci"]
+        title += f": α = {fit['alpha']:.2f} [{lo:.2f}, {hi:.2f}] (paper 1.19)"
+    svg = loglog_svg(
+        [(d, t, f"K={k}") for d, t, k in points],
+        title,
+        "D (examples)",
+        "τ (steps)",
+        (fit["C"], fit["alpha"]) if fit else None,
+    )
+    path.write_text(svg)
+
+
+def publish(root, dest, scale: str | None = None, output=None) -> dict:
+    """Publish every finished run under `<root>/runs/` into `<dest>/runs/`, then rebuild the
+    report from `dest` alone. Returns the report's summary plus what was published."""
+    from selector_lens.paper.studies import reproduce
+
+    root, dest = Path(root), Path(dest)
+    if not (root / "runs").is_dir():
+        raise SelectorLensError(
+            f"{root} holds no runs (no runs/ folder); run `selector-lens reproduce` first"
+        )
+    done, pending = [], []
+    for path in sorted((root / "runs").iterdir()):
+        if not rundir.is_run(path):
+            continue
+        if rundir.is_done(path):
+            publish_run(Run.open(path), dest / "runs" / path.name)
+            done.append(path.name)
+        else:
+            pending.append(path.name)
+    if scale is None:
+        scale = (
+            json.loads((root / "report.json").read_text())["scale"]
+            if (root / "report.json").is_file()
+            else "paper"
+        )
+    summary = reproduce(
+        scale, output=Path(output) if output else dest / "report.html", from_=dest, out=dest
+    )
+    scaling = dest / "scaling" / "scaling.json"
+    if scaling.is_file():  # the README's figure: τ vs D, as a static image
+        write_tau_vs_d_svg(json.loads(scaling.read_text()), dest / "tau_vs_d.svg")
+    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()) / 1e6
+    summary.update({"published": done, "still_running": pending, "size_mb": size})
+    (dest / "report.json").write_text(
+        json.dumps({k: v for k, v in summary.items() if k != "output"}, indent=1, default=str)
+    )
+    if size > LIMIT_MB:
+        raise SelectorLensError(
+            f"{dest} holds {size:.1f} MB, over the {LIMIT_MB} MB limit for published results"
+        )
+    return summary

@@ -1,0 +1,106 @@
+"""Tables computed from checkpoints, kept with the run: `<run>/analyses/`.
+
+One JSON file per analysis, parameters and checkpoint:
+`analyses/<analysis>/<params-hash>/step_000450.json`, holding its key and its rows. The key is the
+analysis name, its parameters, the checkpoint's checksum (read from the safetensors header, or
+from `checkpoints.json` in a published run) and the analysis' code version. A file whose key
+differs from the one asked for is recomputed and overwritten, never served. A copied run
+directory keeps its store; a published run (weights left out) serves what it stored, since
+the key still names the weights it came from. No torch here: reading a store is instant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+from selector_lens import __version__
+from selector_lens.errors import SelectorLensError
+from selector_lens.files import atomic_write_text
+
+STORE_DIR = "analyses"
+MANIFEST = (
+    "checkpoints.json"  # a published run's record of the weights it left out: step -> checksum
+)
+
+
+def checkpoint_checksum(path: Path) -> str | None:
+    """The checksum a checkpoint records in its safetensors header (None if the file is absent)."""
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, struct.error) as e:
+        raise SelectorLensError(f"corrupt checkpoint: {path} ({e})") from None
+    return (header.get("__metadata__") or {}).get("checksum")
+
+
+def weights_checksum(run, step: int) -> str | None:
+    """The checksum of `run`'s weights at `step`: from the file, else from a published manifest."""
+    found = checkpoint_checksum(run.ckpt_path(step))
+    if found is None and (run.path / MANIFEST).is_file():
+        found = json.loads((run.path / MANIFEST).read_text()).get(str(step))
+    return found
+
+
+def _params_hash(params: dict) -> str:
+    return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def step_path(run, analysis: str, params: dict, step: int) -> Path:
+    return run.path / STORE_DIR / analysis / _params_hash(params) / f"step_{step:06d}.json"
+
+
+def per_step(
+    run,
+    analysis: str,
+    version: str,
+    params: dict,
+    steps,
+    compute,
+    recompute: bool = False,
+    together: bool = False,
+):
+    """Rows of `analysis` at each step (default: every checkpoint; a DataFrame with a `step`
+    column): served from the store where the key matches, the rest computed by
+    `compute(missing_steps)` and stored, one step at a time (an analysis killed midway keeps the
+    steps it finished), or in one call with `together` (a table whose rows depend on each other,
+    e.g. displacements). A step without a checkpoint is one clear error, before any work."""
+    import pandas as pd
+
+    steps = run.steps if steps is None else list(steps)
+    for step in steps:
+        run.check_step(step)
+    found, missing = {}, []
+    for step in steps:
+        key = {
+            "analysis": analysis,
+            "version": f"{__version__}/{version}",
+            "params": params,
+            "checksum": weights_checksum(run, step),
+        }
+        path = step_path(run, analysis, params, step)
+        if not recompute and path.is_file():
+            stored = json.loads(path.read_text())
+            if json.loads(json.dumps(key, default=str)) == stored["key"]:
+                found[step] = stored["rows"]
+                continue
+        missing.append((step, key, path))
+    batches = [missing] if together else [[m] for m in missing]
+    for batch in batches if missing else []:
+        table = compute([s for s, _, _ in batch])
+        for step, key, path in batch:
+            rows = table[table.step == step].to_dict(orient="records")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps({"key": key, "rows": rows}, default=_plain))
+            found[step] = json.loads(json.dumps(rows, default=_plain))
+    return pd.DataFrame([row for step in steps for row in found[step]])
+
+
+def _plain(x):
+    """numpy scalars -> Python numbers for JSON."""
+    return x.item() if hasattr(x, "item") else str(x)

@@ -1,0 +1,358 @@
+"""The training loop: AdamW, clipping, dense evaluation, atomic checkpoints, exact resume.
+
+Nothing random happens after initialisation except the data order, and that is a pure
+function of (seed, epoch), so a resumed run replays the same batches without saving RNG state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from selector_lens import __version__
+from selector_lens.model import fused
+from selector_lens.runs import rundir
+from selector_lens.config import TrainConfig
+from selector_lens.task.order import BatchOrder
+from selector_lens.errors import SelectorLensError
+from selector_lens.files import atomic_write, atomic_write_text
+from selector_lens.model.metrics import evaluate
+from selector_lens.model.adapter import build_model, config_hash, save_weights
+from selector_lens.runs.run import Run
+from selector_lens.runs.transition import summarize
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SelectorLensError("--device cuda asked for, but no CUDA device is available")
+    return name
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """Learning rate for optimizer step `step` (1-based): linear warmup, then constant or a cosine
+    to 0 at `cosine_steps` (default: `steps`). Parity "paper": the same schedule as the paper
+    code's LambdaLR computes it (`parity.schedule_factor`)."""
+    if cfg.task.parity == "paper":
+        from selector_lens.task.paper import schedule_factor
+
+        return cfg.lr * schedule_factor(cfg, step)
+    if step <= cfg.warmup_steps:
+        return cfg.lr * step / cfg.warmup_steps
+    if cfg.schedule == "cosine":
+        end = cfg.cosine_steps or cfg.steps
+        frac = (step - cfg.warmup_steps) / max(1, end - cfg.warmup_steps)
+        return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+    return cfg.lr
+
+
+def train_step(models, opts, batches: torch.Tensor, first: int, grad_clip: float) -> torch.Tensor:
+    """One AdamW step per model on next-token cross-entropy over the target tokens and EOS only.
+
+    `models` (same shape) run as one batched model through `fused.forward` on `batches`
+    [models, batch, pos]; each model gets the gradient of its own loss, its own clipping and its
+    own optimizer. Returns the losses [models].
+    """
+    logits = fused.forward(list(models), batches, positions=slice(first, -1))  # [M, B, P, V]
+    targets = batches[:, :, first + 1 :]
+    losses = (
+        torch.nn.functional.cross_entropy(
+            logits.flatten(0, 2), targets.reshape(-1), reduction="none"
+        )
+        .view(len(models), -1)
+        .mean(1)
+    )
+    for opt in opts:
+        opt.zero_grad(set_to_none=True)
+    losses.sum().backward()
+    for model, opt in zip(models, opts):
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+    return losses.detach()
+
+
+LAG_FRAC = 0.1  # the paper's lag rule: first-target loss below 0.1 x its step-0 value
+
+
+def solved(cfg: TrainConfig, row: dict, first: dict) -> bool:
+    """Is this eval below the early-stop line (see TrainConfig)? `first`: the step-0 row."""
+    task = cfg.task
+    if cfg.early_stop_acc is not None:
+        return (
+            row["token_acc"] >= cfg.early_stop_acc
+            and row["first_target_loss"] < LAG_FRAC * first["first_target_loss"]
+        )
+    if task.direction == "b_to_a":
+        return False
+    if task.has_candidates:
+        return task.k > 1 and row["candidate_loss"] < cfg.early_stop_frac * task.log_k
+    return row["loss"] < cfg.early_stop_frac
+
+
+def _prepare(cfg: TrainConfig, out: Path, resume: bool) -> tuple[Run, bool]:
+    """Create the run directory, or check that it holds this run when resuming."""
+    run = Run(out)
+    if rundir.is_run(out):
+        diff = Run.open(out).config.differences(cfg)
+        if diff:
+            raise SelectorLensError(
+                f"{out} holds a different run ({'; '.join(diff[:3])}); choose another --out"
+            )
+        if not resume:
+            raise SelectorLensError(
+                f"{out} already holds this run; pass --resume to continue it or choose another --out"
+            )
+        rundir.update(
+            out, config=cfg.to_dict(), status=rundir.RUNNING
+        )  # steps may have been extended
+        return run, run.state_path.is_file()
+    rundir.create(out, cfg.to_dict(), __version__, cfg.task.generate().to_json())
+    return run, False
+
+
+def batch_key(cfg: TrainConfig) -> tuple:
+    """Runs with equal keys can train together as one batched model (`train_many`)."""
+    return (
+        cfg.model,
+        cfg.task.seq_len,
+        cfg.task.first_target_pos,
+        cfg.batch_size,
+        cfg.grad_clip,
+        cfg.device,
+    )
+
+
+def train(cfg: TrainConfig, out=None, resume: bool = False, progress: bool = False) -> Run:
+    """Train (or resume) one run and return it. `out` defaults to checkpoints/<cfg.name>."""
+    return train_many([cfg], [out], resume, progress)[0]
+
+
+def train_many(cfgs, outs=None, resume: bool = False, progress: bool = False) -> list[Run]:
+    """Train several runs at once as one batched model: each step is one set of GEMMs for all.
+
+    The runs must share the model shape, sequence length, batch size and device (a sweep over
+    seeds, lr, K at one direction...); each keeps its own data, optimizer, evaluation,
+    checkpoints and early stop, and drops out of the batch when it ends. On a GPU this fills the
+    device with small models; on CPU it costs what the runs cost one after another.
+    """
+    cfgs = list(cfgs)
+    outs = list(outs) if outs is not None else [None] * len(cfgs)
+    if len({batch_key(c) for c in cfgs}) > 1:
+        raise SelectorLensError(
+            "train_many needs runs with the same model, sequence length, batch size, clipping and device"
+        )
+    states = []
+    try:
+        for c, o in zip(cfgs, outs):
+            states.append(_RunState(c, o, resume, progress and len(cfgs) == 1))
+        first, clip = cfgs[0].task.first_target_pos, cfgs[0].grad_clip
+        active = [s for s in states if not s.done]
+        while active:
+            by_rows: dict[int, list] = {}  # an epoch's last batch is short when D % batch != 0
+            for s in active:
+                batch = s.next_batch()
+                by_rows.setdefault(len(batch), []).append((s, batch))
+            for members in by_rows.values():
+                losses = train_step(
+                    [s.model for s, _ in members],
+                    [s.opt for s, _ in members],
+                    torch.stack([b for _, b in members]),
+                    first,
+                    clip,
+                )
+                for (s, _), loss in zip(members, losses):
+                    s.after_step(loss)
+            active = [s for s in active if not s.done]
+        for s in states:
+            s.close()
+        return [s.finish() for s in states]
+    finally:  # the locks last until run.json says how each run ended
+        for s in states:
+            s.release()
+
+
+class _RunState:
+    """One run inside the training loop: its model, optimizer, data order, log and checkpoints."""
+
+    def __init__(self, cfg: TrainConfig, out, resume: bool, progress: bool):
+        out = Path(out) if out is not None else Path("checkpoints") / cfg.name
+        self.cfg, self.out = cfg, out
+        self.lock = rundir.Lock(out)
+        try:
+            self._open(cfg, out, resume, progress)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, cfg: TrainConfig, out: Path, resume: bool, progress: bool) -> None:
+        self.run, has_state = _prepare(cfg, out, resume)
+        device = resolve_device(cfg.device)
+        data = self.run.task_data
+        self.task = cfg.task
+        self.chash = config_hash(self.task, cfg.model)
+        self.model = build_model(cfg.model, self.task, cfg.seed, device)
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=cfg.lr,
+            betas=(cfg.beta1, cfg.beta2),
+            weight_decay=cfg.weight_decay,
+        )
+        self.eval_set = self.run.eval_set()  # a resumed run keeps the groups it recorded
+        if self.task.parity == "paper":
+            from selector_lens.task.paper import PaperBatchOrder
+            from selector_lens.model.adapter import rng_after_init
+
+            state = rng_after_init(cfg.model, self.task)
+            self.order = PaperBatchOrder(self.task.n_examples, cfg.batch_size, state)
+        else:
+            self.order = BatchOrder(self.task.n_examples, cfg.batch_size, cfg.seed)
+        self.tokens = data.tokens.to(device)
+        self.device = device
+        metrics_path = out / rundir.METRICS
+
+        self.step, elapsed = 0, 0.0
+        if has_state:
+            try:
+                state = torch.load(self.run.state_path, map_location=device, weights_only=True)
+                self.step, elapsed = state["step"], state["elapsed"]
+                self.opt.load_state_dict(state["optimizer"])
+            except (
+                Exception
+            ) as e:  # torn or foreign file (a pickle with code is refused, never run): name it
+                raise SelectorLensError(
+                    f"corrupt checkpoint: {self.run.state_path} ({type(e).__name__})"
+                ) from None
+            self.run.model_at(self.step, self.model)
+            self.rows = [r for r in self.run.metric_rows() if r["step"] <= self.step]
+            atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in self.rows))
+        else:
+            self.rows = []
+            metrics_path.write_text("")
+        self.streak = 0
+        for r in self.rows:
+            self.streak = self.streak + 1 if solved(cfg, r, self.rows[0]) else 0
+        self.log = open(metrics_path, "a")
+        self.t0 = time.perf_counter() - elapsed
+        if not has_state:  # a state at step 0 already holds step 0's row and checkpoint
+            rundir.update(out, eval_groups=self.eval_set.groups.tolist())
+            self.evaluate(0)
+            self.checkpoint(0)
+        self.bar = _Progress(cfg, self.step) if progress else None
+        self.model.train()
+        self.stopped = (
+            cfg.early_stop and self.streak >= cfg.early_stop_evals
+        )  # resuming an early-stopped run
+
+    @property
+    def done(self) -> bool:
+        return self.stopped or self.step >= self.cfg.steps
+
+    def next_batch(self) -> torch.Tensor:
+        """Advance to the next step: set its learning rate, return its examples."""
+        self.step += 1
+        for group in self.opt.param_groups:
+            group["lr"] = lr_at(self.cfg, self.step)
+        return self.tokens[self.order.indices(self.step).to(self.device)]
+
+    def after_step(self, loss: torch.Tensor) -> None:
+        cfg, step = self.cfg, self.step
+        last = step == cfg.steps
+        if step % cfg.eval_every == 0 or last:
+            row = self.evaluate(step)
+            self.stopped = cfg.early_stop and self.streak >= cfg.early_stop_evals
+            if self.bar:
+                self.bar.update(step, row)
+        if step % cfg.ckpt_every == 0 or last or self.stopped:
+            self.checkpoint(step)
+        if self.bar and step % 10 == 0:
+            self.bar.advance(step, loss.item())
+
+    def evaluate(self, step: int) -> dict:
+        self.model.eval()
+        row = {
+            "step": step,
+            "examples_seen": self.order.examples_seen(step),
+            "lr": lr_at(self.cfg, max(step, 1)),
+        }
+        row.update(evaluate(self.model, self.eval_set))
+        row["wall_s"] = time.perf_counter() - self.t0
+        self.model.train()
+        self.log.write(json.dumps(row) + "\n")
+        self.log.flush()
+        self.rows.append(row)
+        self.streak = self.streak + 1 if solved(self.cfg, row, self.rows[0]) else 0
+        return row
+
+    def checkpoint(self, step: int) -> None:
+        save_weights(self.model, self.run.ckpt_path(step), step, self.chash)
+        state = {
+            "step": step,
+            "elapsed": time.perf_counter() - self.t0,
+            "optimizer": self.opt.state_dict(),
+        }
+        atomic_write(self.run.state_path, lambda tmp: torch.save(state, tmp))
+
+    def close(self) -> None:
+        if self.bar:
+            self.bar.close()
+            self.bar = None
+        self.log.close()
+
+    def release(self) -> None:
+        """Close the log and give up the run's lock: after `finish`, or on an error."""
+        self.close()
+        self.lock.release()
+
+    def finish(self) -> Run:
+        summary = {
+            **summarize(self.rows, self.task.log_k),
+            "wall_time_s": time.perf_counter() - self.t0,
+        }
+        rundir.finish(self.out, self.stopped, summary)
+        return self.run
+
+
+class _Progress:
+    """A rich progress bar: step, train loss, candidate loss against log K."""
+
+    def __init__(self, cfg: TrainConfig, start: int):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.log_k = cfg.task.log_k
+        self.p = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"),
+        )
+        self.p.start()
+        self.loss, self.cand = float("nan"), "-"
+        self.t = self.p.add_task("train", total=cfg.steps, completed=start, info="")
+
+    def advance(self, step: int, loss: float):
+        self.loss = loss
+        self._show(step)
+
+    def update(self, step: int, row: dict):
+        c = row.get("candidate_loss")
+        self.cand = "-" if c is None else f"{c:.3f} (log K {self.log_k:.3f})"
+        self._show(step)
+
+    def _show(self, step: int):
+        self.p.update(self.t, completed=step, info=f"loss {self.loss:.3f}  cand {self.cand}")
+
+    def close(self):
+        self.p.stop()
