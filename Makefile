@@ -18,13 +18,15 @@ demo: $(STAMP)
 	$(VENV)/bin/selector-lens train $(DEMO) --out checkpoints/demo --resume
 
 test: $(STAMP)
-	$(PY) -m ruff format --check src tests benchmarks analyses
+	$(PY) -m ruff format --check src tests benchmarks analyses tools
+	$(PY) -m ruff check src tests benchmarks analyses tools
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_floor.py
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_analysis.py
+	$(PY) benchmarks/bench_malloc.py
 
 clean-demo:
 	rm -rf checkpoints/demo

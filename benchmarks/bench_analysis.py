@@ -16,10 +16,10 @@ from __future__ import annotations
 import sys
 import time
 
+from bench_core import timed, toolkit_steps  # benchmarks/ is on sys.path when run as a script
+
 import selector_lens as sl
 from selector_lens.analysis.ablation import head_ablation
-
-from bench_core import timed, toolkit_steps  # benchmarks/ is on sys.path when run as a script
 
 
 def training_seconds(run) -> float:
@@ -45,7 +45,7 @@ def main() -> None:
     es = run.eval_set()
     steps = run.steps
     t = time.perf_counter()
-    for step, model in run.series(steps):
+    for _step, model in run.series(steps):
         sl.evaluate(model, es)  # attention to z and Δz, recomputed
         sl.evaluate(model, es, intervention=head_ablation(model, es, [head], "mean"))
     recomputed = time.perf_counter() - t
@@ -73,8 +73,8 @@ def questions(run, train_s: float) -> None:
     import tempfile
     from pathlib import Path
 
-    from selector_lens.viz.dashboard import run_dashboard
     from selector_lens.runs.store import STORE_DIR
+    from selector_lens.viz.dashboard import run_dashboard
 
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / run.path.name

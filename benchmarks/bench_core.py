@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 import selector_lens as sl
-from selector_lens.task.eval_set import make_eval_set
 from selector_lens.model.adapter import save_weights
+from selector_lens.task.eval_set import make_eval_set
 from selector_lens.task.order import BatchOrder
 from selector_lens.training.trainer import train_step
 

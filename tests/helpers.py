@@ -11,6 +11,19 @@ import pytest
 import selector_lens as sl
 
 CHROMIUM = "/usr/bin/chromium"
+# flat options (a sweep point, `from_options`) of a run that trains in about a second
+TINY = {
+    "n_layers": 1,
+    "n_heads": 2,
+    "d_model": 32,
+    "d_head": 16,
+    "d_mlp": 64,
+    "steps": 40,
+    "batch_size": 16,
+    "lr": 3e-3,
+    "eval_every": 10,
+    "ckpt_every": 20,
+}
 
 
 def tiny(**kw) -> sl.TrainConfig:

@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from selector_lens.errors import SelectorLensError
 from selector_lens.task.selector import SelectorTask, _opt
 
-
 # What fused.forward reproduces (training and evaluation run through it; see fused.py).
 ACT_FNS = ("gelu", "gelu_new", "relu", "silu")
 NORMS = ("LN", None)
@@ -155,7 +154,7 @@ class TrainConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
+    def from_dict(cls, d: dict) -> TrainConfig:
         known = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
         return cls(
@@ -166,7 +165,7 @@ class TrainConfig:
             }
         )
 
-    def differences(self, other: "TrainConfig", ignore=("steps", "device")) -> list[str]:
+    def differences(self, other: TrainConfig, ignore=("steps", "device")) -> list[str]:
         """Settings that differ from `other` ('lr: 0.001 != 0.002'), nested configs flattened."""
         a, b = _flat(self.to_dict()), _flat(other.to_dict())
         return [

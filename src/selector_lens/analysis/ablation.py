@@ -7,8 +7,8 @@ the same metrics, computed the same way (cached prefix, all K candidates), as th
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -233,7 +233,7 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
         clean = stored.get(step) or evaluate(model, es)
         sources = head_ablation(model, es, every, mode, seed).values
 
-        def ablation(heads):
+        def ablation(heads, sources=sources):
             return HeadAblation(heads, mode, {t: sources[t] for t in heads if t in sources})
 
         ablated = evaluate_branches(
@@ -310,6 +310,7 @@ def _training_ablation(run, steps, n_examples, seed):
         :n_examples
     ]
     tokens = data.tokens[idx]
+    rows_idx = torch.arange(len(tokens))
     first_chars = data.candidates[data.group[idx], :, 0]  # [N, K] the base's K first target tokens
     rows = []
     for step, model in run.series(steps):
@@ -320,13 +321,9 @@ def _training_ablation(run, steps, n_examples, seed):
         for layer in range(model.cfg.n_layers):
             mean = cache[f"blocks.{layer}.attn.hook_z"].mean(0)  # [pos, head, d_head]
             for head in range(model.cfg.n_heads):
-
-                def hook(z, hook, h=head):
-                    z[:, :, h] = mean[:, h]
-                    return z
-
+                ablation = HeadAblation([(layer, head)], "mean", {(layer, head): mean[:, head]})
                 ablated = _training_losses(
-                    model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", hook)]),
+                    model.run_with_hooks(tokens, fwd_hooks=ablation.hooks(rows_idx, 0)),
                     tokens,
                     task,
                     first_chars,

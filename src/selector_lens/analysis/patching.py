@@ -12,16 +12,16 @@ patched position (`_patch_windows`).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from selector_lens.model import fused
 from selector_lens.errors import SelectorLensError
+from selector_lens.model import fused
 
 SITES = {
     "resid_pre": "hook_resid_pre",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from selector_lens.errors import SelectorLensError
 from selector_lens.analysis.ablation import ablate_each_head, head_label
+from selector_lens.errors import SelectorLensError
 
 
 def find_routing_head(

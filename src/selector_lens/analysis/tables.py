@@ -58,12 +58,12 @@ def gather(
     """The dashboard's tables for `run`, from its store where they are kept (computed and stored
     where they are not; `recompute=True` computes all). Parts that need what the run lacks (a
     transition, z, candidates, weights) are left out with a note saying why."""
-    from selector_lens.analysis.attention import attention_to_z, example_patterns
     from selector_lens.analysis.ablation import ablate_each_head
+    from selector_lens.analysis.attention import attention_to_z, example_patterns
     from selector_lens.analysis.patching import patch_series
     from selector_lens.analysis.routing import most_necessary_head
-    from selector_lens.task.vocab import decode
     from selector_lens.runs.steps import thin
+    from selector_lens.task.vocab import decode
 
     rows = run.metric_rows()
     if not rows:

@@ -10,7 +10,7 @@ import inspect
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -32,17 +32,15 @@ def _root() -> None:
 
 RUN_HELP = "Run directory (default: the latest run under checkpoints/)."
 # Options several commands share, declared once.
-RunOpt = Annotated[Optional[Path], typer.Option(help=RUN_HELP)]
+RunOpt = Annotated[Path | None, typer.Option(help=RUN_HELP)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-StepOpt = Annotated[Optional[int], typer.Option(help="One checkpoint step.")]
-PhaseOpt = Annotated[
-    Optional[str], typer.Option(help="pre (τ/4) | mid (3τ/4) | post (1.5τ) | final.")
-]
-EveryOpt = Annotated[Optional[int], typer.Option(help="Every n-th checkpoint.")]
+StepOpt = Annotated[int | None, typer.Option(help="One checkpoint step.")]
+PhaseOpt = Annotated[str | None, typer.Option(help="pre (τ/4) | mid (3τ/4) | post (1.5τ) | final.")]
+EveryOpt = Annotated[int | None, typer.Option(help="Every n-th checkpoint.")]
 ExecutorOpt = Annotated[str, typer.Option(help="local | ray | batched (see `sweep`).")]
-WorkersOpt = Annotated[Optional[int], typer.Option(help="Parallel runs (default: one per core).")]
+WorkersOpt = Annotated[int | None, typer.Option(help="Parallel runs (default: one per core).")]
 RootOpt = Annotated[
-    Optional[Path], typer.Option(help="Where the runs go (default checkpoints/reproduce/<scale>).")
+    Path | None, typer.Option(help="Where the runs go (default checkpoints/reproduce/<scale>).")
 ]
 
 
@@ -70,7 +68,7 @@ def config_options(func):
 )
 @config_options
 def train(
-    out: Optional[Path] = typer.Option(None, help="Run directory (default: checkpoints/<name>)."),
+    out: Path | None = typer.Option(None, help="Run directory (default: checkpoints/<name>)."),
     resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
     analyze: bool = typer.Option(
         False, "--analyze", help="Once training ends, compute and store what the dashboard reads."
@@ -126,7 +124,7 @@ def _print_summary(s: dict) -> None:
 # --- analyses over a run's checkpoints -------------------------------------------------------
 
 
-def _open_run(run: Optional[Path]):
+def _open_run(run: Path | None):
     from selector_lens.runs.run import Run
 
     return Run.open(run, progress=True) if run is not None else Run.latest(progress=True)
@@ -196,8 +194,8 @@ ABLATE_EPILOG = (
 
 
 def ablate_head(
-    layer: Optional[int] = typer.Option(None, help="Layer of the head (0-indexed)."),
-    head: Optional[int] = typer.Option(None, help="Head index (0-indexed)."),
+    layer: int | None = typer.Option(None, help="Layer of the head (0-indexed)."),
+    head: int | None = typer.Option(None, help="Head index (0-indexed)."),
     all_heads: bool = typer.Option(False, "--all-heads", help="Ablate every head in turn."),
     keep_only: bool = typer.Option(False, help="Ablate every head except this one (sufficiency)."),
     run: RunOpt = None,
@@ -455,7 +453,7 @@ def patch(
             ["", *map(str, wide.columns)],
             [
                 [
-                    "L{}".format(i) if site != "z" else "L{}H{}".format(*i),
+                    f"L{i}" if site != "z" else "L{}H{}".format(*i),
                     *(f"{v:.2f}" for v in wide.loc[i]),
                 ]
                 for i in wide.index
@@ -550,7 +548,7 @@ def analyze(
 )
 def dashboard(
     run: RunOpt = None,
-    sweep: Optional[Path] = typer.Option(None, help="A folder of runs: τ vs D and τ vs K instead."),
+    sweep: Path | None = typer.Option(None, help="A folder of runs: τ vs D and τ vs K instead."),
     output: Path = typer.Option(
         Path("dashboard.html"), "-o", "--output", help="HTML file to write."
     ),
@@ -565,8 +563,7 @@ def dashboard(
     """One self-contained HTML page telling a run's story (works offline, from disk)."""
     import time
 
-    from selector_lens.viz.dashboard import run_dashboard
-    from selector_lens.viz.dashboard import sweep_dashboard
+    from selector_lens.viz.dashboard import run_dashboard, sweep_dashboard
 
     t = time.perf_counter()
     if sweep is not None:
@@ -593,27 +590,27 @@ def dashboard(
     "  selector-lens sweep spec.yaml --executor ray --address auto"
 )
 def sweep(
-    spec: Optional[Path] = typer.Argument(
+    spec: Path | None = typer.Argument(
         None, help="YAML spec with `base:` and `grid:` (optional with --grid)."
     ),
     grid: list[str] = typer.Option(
         [], help="key=v1,v2,... (repeatable; overrides the spec's grid)."
     ),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None, help="Sweep directory (default: checkpoints/sweeps/<spec name>)."
     ),
     executor: str = typer.Option(
         "local",
         help="local (process pool) | ray | batched (runs of one shape as one batched model: for a GPU).",
     ),
-    workers: Optional[int] = typer.Option(
+    workers: int | None = typer.Option(
         None,
         help="Concurrent runs (default: one per core); batched: runs per batched model (default: all).",
     ),
-    address: Optional[str] = typer.Option(
+    address: str | None = typer.Option(
         None, help="Ray cluster address (default: a local Ray instance)."
     ),
-    parity: Optional[str] = typer.Option(
+    parity: str | None = typer.Option(
         None, help="ours | paper for every point (the spec's base `parity`)."
     ),
     json_out: JsonOpt = False,
@@ -728,14 +725,14 @@ def fit(
 @app.command(
     epilog="Examples:\n\n  selector-lens reproduce --scale cpu -o report.html\n\n"
     "  selector-lens reproduce --scale paper --plan      # every run, its budget, the wall time here\n\n"
-    "  selector-lens reproduce --scale paper -o paper.html   # hours; --plan prices it; resumes\n\n"
+    "  selector-lens reproduce --scale paper -o paper.html   # --plan prices it; resumes\n\n"
     "  selector-lens reproduce --from analyses/results/paper -o paper.html   # seconds, trains nothing"
 )
 def reproduce(
-    scale: Optional[str] = typer.Option(
+    scale: str | None = typer.Option(
         None,
-        help="cpu (CPU-sized, ~40 min on two cores the first time) | paper "
-        "(the paper's settings, hours; see --plan) | tiny. Default cpu (with --from: "
+        help="cpu (CPU-sized, 1/10 of the paper's D) | paper "
+        "(the paper's settings; --plan prices both on this machine) | tiny. Default cpu (with --from: "
         "the published one).",
     ),
     output: Path = typer.Option(
@@ -750,7 +747,7 @@ def reproduce(
         help="Train nothing: list every run with its budget and "
         "expected steps, and the wall time here from a step and an eval measured now.",
     ),
-    from_: Optional[Path] = typer.Option(
+    from_: Path | None = typer.Option(
         None,
         "--from",
         help="Rebuild the report from a published folder "
@@ -762,7 +759,7 @@ def reproduce(
         help="Train nothing: report on the runs that have "
         "finished (their analyses are computed and stored with them).",
     ),
-    only: Optional[str] = typer.Option(
+    only: str | None = typer.Option(
         None,
         help="Comma-separated studies to measure (marginal_first, scaling, "
         "collective, noise, geometry, asymmetry, cascade, parity); the rest are "
@@ -773,7 +770,8 @@ def reproduce(
     """Run (or reuse) every study and write one report: each claim, the paper's number, ours, a verdict."""
     _check_scale_and_executor(scale, executor)
     if plan:
-        from selector_lens.paper.plan import format_plan, plan as make_plan
+        from selector_lens.paper.plan import format_plan
+        from selector_lens.paper.plan import plan as make_plan
 
         p = make_plan(scale or "cpu", workers)
         if json_out:
@@ -864,7 +862,7 @@ def import_cmd(
 def publish(
     root: Path = typer.Option(..., help="A study root (`reproduce --root`; holds runs/)."),
     out: Path = typer.Option(..., help="The published folder (kept under 25 MB; no checkpoints)."),
-    scale: Optional[str] = typer.Option(
+    scale: str | None = typer.Option(
         None, help="The root's scale (default: from its report.json, else paper)."
     ),
     json_out: JsonOpt = False,

@@ -14,8 +14,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from selector_lens.errors import SelectorLensError
 from selector_lens.config import ModelConfig
+from selector_lens.errors import SelectorLensError
 from selector_lens.files import atomic_write
 from selector_lens.task.paper import MODEL_SEED, N_CTX
 from selector_lens.task.selector import SelectorTask

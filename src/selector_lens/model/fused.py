@@ -52,19 +52,23 @@ _MALLOC_OPTIONS = {-3: 32 << 20, -1: 1 << 30, -2: 64 << 20}  # mmap threshold, t
 _malloc_tuned: bool | None = None
 
 
+KEEP_FREED_MEMORY = "SELECTOR_LENS_KEEP_FREED_MEMORY"  # opt-in: "1" tunes glibc's malloc
+
+
 def keep_freed_memory() -> bool:
-    """Have glibc's malloc keep freed memory for the next allocation (once per process).
+    """If the user opted in (SELECTOR_LENS_KEEP_FREED_MEMORY=1), have glibc's malloc keep freed
+    memory for the next allocation (once per process); returns whether the options are on.
 
     A forward pass frees and reallocates activations of ~16 MB, which glibc by default returns to
-    the OS and takes back page by page: 0.7-1.5 M page faults in one `find_routing_head` of the
-    K = 10 run, 0.15 M with these options, and about 10% less time; the training step gains too
-    (benchmarks/). The process then keeps up to 1 GiB of freed memory. Skipped where malloc is
-    not glibc's or the user set MALLOC_* / GLIBC_TUNABLES; returns whether the options are on.
+    the OS and takes back page by page (docs/performance.md has the measured effect). The options
+    are process-wide and keep up to 1 GiB of freed memory, so a library does not set them
+    unasked. Skipped where malloc is not glibc's or the user set MALLOC_* / GLIBC_TUNABLES.
     """
     global _malloc_tuned
     if _malloc_tuned is None:
         _malloc_tuned = False
-        if not any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in os.environ):
+        wanted = os.environ.get(KEEP_FREED_MEMORY) == "1"
+        if wanted and not any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in os.environ):
             try:
                 mallopt = ctypes.CDLL(None).mallopt
             except (OSError, AttributeError):  # not glibc

@@ -9,8 +9,9 @@ first-target loss, attention to z) falls out of those passes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol, TypedDict, runtime_checkable
+from typing import Protocol, TypedDict, runtime_checkable
 
 import torch
 from jaxtyping import Int
@@ -170,7 +171,7 @@ class _Totals:
     group_correct: Tensor
 
     @classmethod
-    def start(cls, n_layers: int, n_heads: int, n_groups: int) -> "_Totals":
+    def start(cls, n_layers: int, n_heads: int, n_groups: int) -> _Totals:
         sums = dict(loss=0.0, first=0.0, first_deranged=0.0, cand=0.0, cand_ok=0, tok_ok=0)
         attn = torch.zeros(n_layers, n_heads, dtype=torch.float64)
         return cls(sums, attn, torch.zeros(n_groups, dtype=torch.long))

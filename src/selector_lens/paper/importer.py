@@ -132,13 +132,13 @@ def import_run(folder, out, progress: bool = False):
     """Turn a synass-lens output folder into a selector-lens run directory at `out`."""
     import yaml
 
-    from selector_lens.model.metrics import evaluate
     from selector_lens.model.adapter import build_model, config_hash, save_weights
+    from selector_lens.model.metrics import evaluate
     from selector_lens.runs import rundir
     from selector_lens.runs.run import Run
+    from selector_lens.runs.transition import summarize
     from selector_lens.task.order import BatchOrder
     from selector_lens.training.trainer import lr_at
-    from selector_lens.runs.transition import summarize
 
     folder, out = Path(folder), Path(out)
     t0 = time.perf_counter()

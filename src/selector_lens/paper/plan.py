@@ -52,10 +52,10 @@ def _timings(jobs: dict, threads: int) -> dict:
     import torch
 
     from selector_lens.analysis.landscape import Curvature, target_loss
+    from selector_lens.config import from_options
+    from selector_lens.model.adapter import build_model
     from selector_lens.model.metrics import evaluate
     from selector_lens.task.eval_set import make_eval_set
-    from selector_lens.model.adapter import build_model
-    from selector_lens.config import from_options
     from selector_lens.training.trainer import train_step
 
     torch.set_num_threads(threads)
@@ -68,7 +68,7 @@ def _timings(jobs: dict, threads: int) -> dict:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         g = torch.Generator().manual_seed(0)
         times = []
-        for i in range(7):
+        for _i in range(7):
             batch = data.tokens[torch.randint(len(data.tokens), (bs,), generator=g)][None]
             t = time.perf_counter()
             train_step([model], [opt], batch, cfg.task.first_target_pos, 1.0)

@@ -6,7 +6,7 @@ point of τ vs D, of τ vs K at D = 10,000 and the forward run of the asymmetry 
 directory, trained once, under `<root>/runs/<name>`. Pure Python (no torch): `reproduce --plan`
 and the CLI read it instantly.
 
-Scales: `cpu` (CPU-sized, ~40 min on two cores), `paper` (the paper's settings; `reproduce
+Scales: `cpu` (CPU-sized: 1/10 of the paper's D), `paper` (the paper's settings; `reproduce
 --plan` prices it, its cuts are listed in `PAPER_CUTS`) and `tiny` (the test suite's seconds-long version; its verdicts
 mean nothing).
 """

@@ -15,9 +15,9 @@ import json
 import shutil
 from pathlib import Path
 
-from selector_lens.runs import rundir
 from selector_lens.errors import SelectorLensError
 from selector_lens.files import atomic_write
+from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
 from selector_lens.runs.store import MANIFEST, STORE_DIR, checkpoint_checksum
 

@@ -11,10 +11,10 @@ import re
 from functools import cached_property
 from pathlib import Path
 
-from selector_lens.runs import rundir
 from selector_lens.config import TrainConfig
 from selector_lens.errors import SelectorLensError
 from selector_lens.files import read_json
+from selector_lens.runs import rundir
 
 CKPT_RE = re.compile(r"step_(\d{6,})\.safetensors$")
 
@@ -27,15 +27,15 @@ class Run:
         self.progress = progress  # a progress bar (on stderr) over checkpoints: the CLI's choice
 
     @classmethod
-    def open(cls, path, progress: bool = False) -> "Run":
+    def open(cls, path, progress: bool = False) -> Run:
         run = cls(path, progress)
         if not rundir.is_run(run.path):
             raise SelectorLensError(f"not a run directory (no run.json): {run.path}")
-        run.info  # validates run.json now
+        _ = run.info  # validates run.json now
         return run
 
     @classmethod
-    def latest(cls, root="checkpoints", progress: bool = False) -> "Run":
+    def latest(cls, root="checkpoints", progress: bool = False) -> Run:
         """The most recently created run under `root` (what the CLI uses without --run)."""
         found = sorted(Path(root).glob(f"**/{rundir.RUN_JSON}"), key=lambda p: p.stat().st_mtime)
         if not found:
@@ -263,7 +263,7 @@ class Run:
             "dry_run": dry_run,
         }
 
-    def series(self, steps=None) -> "CheckpointSeries":
+    def series(self, steps=None) -> CheckpointSeries:
         return CheckpointSeries(self, self.steps if steps is None else steps, self.progress)
 
     def __repr__(self) -> str:

@@ -36,7 +36,7 @@ class TaskData:
     choice: Int[Tensor, " examples"] = field(repr=False)  # its target's index among the base's K
 
     @classmethod
-    def from_strings(cls, task: SelectorTask, bases, zs, targets) -> "TaskData":
+    def from_strings(cls, task: SelectorTask, bases, zs, targets) -> TaskData:
         if (
             len(bases) != task.n_bases
             or len(zs) != task.k * task.z_groups

@@ -33,8 +33,8 @@ import random
 
 import torch
 
-from selector_lens.task.vocab import ALPHABET
 from selector_lens.task.order import BatchOrder
+from selector_lens.task.vocab import ALPHABET
 
 MODEL_SEED = 42  # hard-coded in the paper's model factory
 N_CTX = 32

@@ -151,7 +151,7 @@ class SelectorTask:
         """The position whose logits predict the first target token (a1 for bz_to_a: 10)."""
         return self.source_length - 1
 
-    def generate(self) -> "TaskData":
+    def generate(self) -> TaskData:
         """Sample the strings from `seed` and build the tensors (parity "paper": the paper's
         code's strings, in its order)."""
         from selector_lens.task.data import TaskData  # lazily: torch

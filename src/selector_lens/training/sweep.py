@@ -23,9 +23,9 @@ import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from selector_lens.runs import rundir
 from selector_lens.config import coerce, from_options
 from selector_lens.errors import SelectorLensError
+from selector_lens.runs import rundir
 
 EXECUTORS = ("local", "ray", "batched")
 
@@ -36,7 +36,7 @@ class SweepSpec:
     grid: dict
 
     @classmethod
-    def load(cls, path) -> "SweepSpec":
+    def load(cls, path) -> SweepSpec:
         import yaml
 
         try:
@@ -48,7 +48,7 @@ class SweepSpec:
         return cls.from_dict(raw)
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "SweepSpec":
+    def from_dict(cls, raw: dict) -> SweepSpec:
         extra = set(raw) - {"base", "grid"}
         if extra:
             raise SelectorLensError(
@@ -59,7 +59,7 @@ class SweepSpec:
             raise SelectorLensError("every grid option needs at least one value")
         return cls(dict(raw.get("base") or {}), grid)
 
-    def with_grid(self, pairs: list[str]) -> "SweepSpec":
+    def with_grid(self, pairs: list[str]) -> SweepSpec:
         """The spec with grid options set from `key=v1,v2,...` strings (the CLI's --grid)."""
         import yaml
 

@@ -14,16 +14,16 @@ from pathlib import Path
 import torch
 
 from selector_lens import __version__
-from selector_lens.model import fused
-from selector_lens.runs import rundir
 from selector_lens.config import TrainConfig
-from selector_lens.task.order import BatchOrder
 from selector_lens.errors import SelectorLensError
 from selector_lens.files import atomic_write, atomic_write_text
-from selector_lens.model.metrics import evaluate
+from selector_lens.model import fused
 from selector_lens.model.adapter import build_model, config_hash, save_weights
+from selector_lens.model.metrics import evaluate
+from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
 from selector_lens.runs.transition import summarize
+from selector_lens.task.order import BatchOrder
 
 
 def resolve_device(name: str) -> str:
@@ -205,8 +205,8 @@ class _RunState:
         )
         self.eval_set = self.run.eval_set()  # a resumed run keeps the groups it recorded
         if self.task.parity == "paper":
-            from selector_lens.task.paper import PaperBatchOrder
             from selector_lens.model.adapter import rng_after_init
+            from selector_lens.task.paper import PaperBatchOrder
 
             state = rng_after_init(cfg.model, self.task)
             self.order = PaperBatchOrder(self.task.n_examples, cfg.batch_size, state)

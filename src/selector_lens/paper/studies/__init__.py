@@ -19,6 +19,7 @@ study's figure is drawn from its table in `viz.study_figures`; the page is `viz.
 """
 
 from selector_lens.paper.presets import GEOMETRY
+from selector_lens.paper.studies.alternatives import alternatives, sharing
 from selector_lens.paper.studies.base import (
     CLAIMS,
     SOLVED_TOKEN_ACC,
@@ -39,7 +40,6 @@ from selector_lens.paper.studies.report import (
     run_study,
 )
 from selector_lens.paper.studies.seeds import cascade_study, collective, geometry, marginal_first
-from selector_lens.paper.studies.alternatives import alternatives, sharing
 from selector_lens.paper.studies.sweeps import asymmetry, noise, scaling
 
 __all__ = [

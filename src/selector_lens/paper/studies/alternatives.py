@@ -12,8 +12,6 @@ import math
 
 from selector_lens.paper import verdicts
 from selector_lens.paper.presets import PRESETS
-from selector_lens.runs.run import Run, run_table
-from selector_lens.viz import study_figures
 from selector_lens.paper.studies.base import (
     CLAIMS,
     Claim,
@@ -24,6 +22,8 @@ from selector_lens.paper.studies.base import (
     _settings,
     geometry_runs,
 )
+from selector_lens.runs.run import Run, run_table
+from selector_lens.viz import study_figures
 
 TITLE = "Falsified alternatives"  # CLAIMS[8]
 PAPER = {  # key: (name, the paper's finding)

@@ -8,12 +8,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-from selector_lens.runs import rundir
 from selector_lens.paper.presets import GEOMETRY, pool, study_runs
+from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
 from selector_lens.training.sweep import run_jobs, trained
-
 
 SOLVED_TOKEN_ACC = 0.95
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from selector_lens.paper import verdicts
-from selector_lens.runs.run import Run
 from selector_lens.paper.studies.base import Claim, Study, _save, pending
-
+from selector_lens.runs.run import Run
 
 # --- claim 7 with the paper's code: parity ---------------------------------------------------------
 # The paper's per-head table (mean ablation, Δ training loss on 2,048 training examples).

@@ -7,15 +7,19 @@ import json
 import time
 from pathlib import Path
 
-
 from selector_lens.errors import SelectorLensError
 from selector_lens.paper.presets import study_runs
-from selector_lens.paper.studies.base import Setup, pending
-from selector_lens.paper.studies.seeds import cascade_study, collective, geometry, marginal_first
-from selector_lens.paper.studies.paper_code import parity_study
 from selector_lens.paper.studies.alternatives import alternatives, sharing
+from selector_lens.paper.studies.base import (
+    Setup,
+    collective_runs,
+    geometry_runs,
+    pending,
+    seed_runs,
+)
+from selector_lens.paper.studies.paper_code import parity_study
+from selector_lens.paper.studies.seeds import cascade_study, collective, geometry, marginal_first
 from selector_lens.paper.studies.sweeps import asymmetry, noise, scaling
-from selector_lens.paper.studies.base import collective_runs, geometry_runs, seed_runs
 
 
 # --- the report ----------------------------------------------------------------------------------

@@ -10,10 +10,10 @@ import numpy as np
 
 from selector_lens.paper import verdicts
 from selector_lens.paper.presets import GEOMETRY, PRESETS
-from selector_lens.runs.run import Run
-from selector_lens.viz import study_figures
 from selector_lens.paper.studies import sentences
 from selector_lens.paper.studies.base import CLAIMS, Claim, Study, _save, _settings, pending
+from selector_lens.runs.run import Run
+from selector_lens.viz import study_figures
 
 
 # --- claims 1, 3, 5, 7: several seeds of one config ----------------------------------------------

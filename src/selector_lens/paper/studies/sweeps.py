@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from selector_lens.paper import verdicts
 from selector_lens.paper.presets import PRESETS
-from selector_lens.runs.run import run_table
-from selector_lens.viz import study_figures
 from selector_lens.paper.studies.base import (
     CLAIMS,
+    SOLVED_TOKEN_ACC,
     Claim,
     Setup,
     Study,
@@ -18,8 +16,9 @@ from selector_lens.paper.studies.base import (
     _save,
     _settings,
     pending,
-    SOLVED_TOKEN_ACC,
 )
+from selector_lens.runs.run import run_table
+from selector_lens.viz import study_figures
 
 
 # --- claim 2 -------------------------------------------------------------------------------------

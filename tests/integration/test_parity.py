@@ -10,17 +10,15 @@ import pytest
 import torch
 
 import selector_lens as sl
-from selector_lens.errors import SelectorLensError
-from selector_lens.paper.importer import import_run
 from selector_lens.analysis.ablation import training_set_ablation
-from selector_lens.model.adapter import build_model
-from selector_lens.paper.importer import config_from_paper
+from selector_lens.errors import SelectorLensError
+from selector_lens.model.adapter import build_model, rng_after_init
+from selector_lens.paper.importer import config_from_paper, import_run
 from selector_lens.task.paper import PaperBatchOrder
-from selector_lens.model.adapter import rng_after_init
 from selector_lens.training.trainer import lr_at, train_step
 from tests.helpers import tiny
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "synass-k10"
+FIXTURE = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "synass-k10"
 needs_fixture = pytest.mark.skipif(
     not (FIXTURE / "config.yaml").is_file(),
     reason=f"the paper-code fixture {FIXTURE} is absent (../shared not mounted)",
@@ -75,6 +73,7 @@ def test_parity_initial_weights_are_the_papers():
 
 
 @needs_fixture
+@pytest.mark.slow
 def test_100_parity_steps_track_the_papers_loss_and_weights(paper_data):
     cfg = sl.TrainConfig(task=PAPER_TASK)
     model = build_model(cfg.model, cfg.task, cfg.seed)
@@ -149,6 +148,7 @@ def imported(tmp_path_factory):
 
 
 @needs_fixture
+@pytest.mark.slow
 def test_import_reproduces_the_fixtures_ablation_table(imported):
     assert imported.steps == [0, 100, 500, 1800, 3700]
     assert imported.config.task.parity == "paper" and imported.status == "finished"

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import selector_lens as sl
 from selector_lens.config import from_options
-from tests.helpers import train_until_killed
-from tests.test_sweep import TINY
+from tests.helpers import TINY, train_until_killed
 
-SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "inflight.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "inflight.py"
 
 
 def _inflight():

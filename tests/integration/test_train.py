@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import selector_lens as sl
-from selector_lens.runs import rundir
 from selector_lens.model.adapter import load_weights, save_weights
+from selector_lens.runs import rundir
 from selector_lens.task.order import BatchOrder
 from selector_lens.training.trainer import lr_at
 from tests.helpers import tiny, train_until_killed

@@ -6,7 +6,6 @@ from torch.func import functional_call
 
 import selector_lens as sl
 from selector_lens.analysis import landscape as ls
-
 from tests.helpers import tiny
 
 TASK = sl.SelectorTask(k=3, n_bases=8)

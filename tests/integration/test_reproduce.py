@@ -2,10 +2,9 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
-
-from pathlib import Path
 
 import selector_lens as sl
 from selector_lens.paper import studies, verdicts
@@ -13,7 +12,6 @@ from selector_lens.paper.presets import pool, study_runs
 from selector_lens.paper.publish import publish
 from selector_lens.paper.studies import reproduce
 from selector_lens.paper.studies.base import _fmt
-
 from tests.helpers import cli
 
 VERDICTS = {"reproduced", "partly", "not reproduced", "no result"}
@@ -151,7 +149,7 @@ def test_the_report_rebuilds_from_published_files_alone(report, tmp_path):
     assert four["ours"].startswith(f"so far (1 runs not finished: {top}): τ at lr ")
 
 
-RESULTS = Path(__file__).resolve().parents[1] / "analyses" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "analyses" / "results"
 
 
 @pytest.mark.parametrize("scale", ["paper", "cpu"])
@@ -163,6 +161,7 @@ def test_the_published_reports_rebuild_to_their_report_json(tmp_path, scale):
     assert summary["claims"] == json.loads((published / "report.json").read_text())["claims"]
 
 
+@pytest.mark.slow
 def test_plan_lists_every_run_and_trains_nothing(tmp_path):
     out = cli(
         "reproduce", "--scale", "tiny", "--plan", "--json", "--workers", "1", cwd=tmp_path

@@ -106,7 +106,7 @@ def test_weight_trajectory_is_kept_and_served_to_a_published_copy(run, tmp_path)
 def test_cli_logit_lens_and_weights_json(run):
     import json
 
-    from tests.test_cli import cli
+    from tests.helpers import cli
 
     out = cli("logit-lens", "--run", str(run.path), "--step", "40", "--json")
     assert out.returncode == 0, out.stderr

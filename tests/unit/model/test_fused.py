@@ -10,7 +10,6 @@ import torch
 import selector_lens as sl
 from selector_lens.model import fused
 from selector_lens.training.trainer import train_many, train_step
-
 from tests.helpers import tiny
 
 TASK = sl.SelectorTask(k=5, n_bases=20)
@@ -166,9 +165,16 @@ def test_batched_runs_must_share_a_shape(tmp_path):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc")
-def test_freed_memory_is_kept_unless_the_user_tuned_malloc():
-    assert fused.keep_freed_memory() and fused.keep_freed_memory()  # once per process, then cached
+def test_malloc_is_tuned_only_when_the_user_opts_in():
     code = "from selector_lens.model import fused; print(fused.keep_freed_memory())"
-    env = {**os.environ, "MALLOC_ARENA_MAX": "2"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.strip() == "False", out.stderr
+
+    def tuned(**env):
+        base = {k: v for k, v in os.environ.items() if k != fused.KEEP_FREED_MEMORY}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True
+        )
+        return out.stdout.strip()
+
+    assert tuned() == "False"
+    assert tuned(SELECTOR_LENS_KEEP_FREED_MEMORY="1") == "True"
+    assert tuned(SELECTOR_LENS_KEEP_FREED_MEMORY="1", MALLOC_ARENA_MAX="2") == "False"

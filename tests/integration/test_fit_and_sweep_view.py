@@ -15,8 +15,7 @@ from selector_lens.runs.transition import (
     tau,
 )
 from selector_lens.viz.dashboard import sweep_dashboard
-from tests.helpers import tiny
-from tests.helpers import render
+from tests.helpers import render, tiny
 
 
 def test_tau_on_a_synthetic_curve():
@@ -100,6 +99,7 @@ def test_run_table_and_sweep_figures(sweep):
     assert list(trace.x) == list(want.k) and list(trace.y) == list(want.tau)
 
 
+@pytest.mark.slow
 def test_sweep_dashboard_renders(sweep, tmp_path):
     path = sweep_dashboard(sweep, tmp_path / "s.html")
     html = path.read_text()

@@ -60,8 +60,11 @@ def test_invariants(setup):
     # the metric's ends come from fused.forward, equal to the HookedTransformer to float32 noise
     assert metric(model(corr.clean)).item() == pytest.approx(1.0, abs=1e-5)
     assert metric(model(corr.corrupt)).item() == pytest.approx(0.0, abs=1e-5)
+
     # clean into clean changes nothing, at every site
-    raw = lambda logits: sl.logit_diff(logits, corr)
+    def raw(logits):
+        return sl.logit_diff(logits, corr)
+
     base = raw(model(corr.clean)).item()
     for site in SITES:
         out = sl.patch(model, corr.clean, corr.clean, site, raw)

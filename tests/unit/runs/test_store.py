@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import selector_lens as sl
-from selector_lens.errors import SelectorLensError
 from selector_lens.analysis import ablation
+from selector_lens.errors import SelectorLensError
 from selector_lens.model.adapter import save_weights
 from selector_lens.paper.publish import publish_run
 from selector_lens.runs.store import STORE_DIR

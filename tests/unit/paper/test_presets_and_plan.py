@@ -2,8 +2,8 @@
 
 import pytest
 
-from selector_lens.paper import presets
 from selector_lens.errors import SelectorLensError
+from selector_lens.paper import presets
 from selector_lens.paper.plan import expected_steps, plan
 
 

@@ -226,6 +226,7 @@ def tiny_run(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_ablate_head_json_and_alias(tiny_run):
     alias = [
         sys.executable,
@@ -326,6 +327,7 @@ def test_dashboard_command(tiny_run, tmp_path):
     assert bad.returncode == 2 and "example 999 out of range" in bad.stderr
 
 
+@pytest.mark.slow
 def test_sweep_and_fit_commands(tmp_path):
     grid = [
         "--grid",

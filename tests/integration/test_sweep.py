@@ -4,25 +4,12 @@ import pandas as pd
 import pytest
 
 import selector_lens as sl
-from selector_lens.runs.run import run_table
-from selector_lens.runs import rundir
 from selector_lens.config import from_options
-from selector_lens.training.sweep import SweepSpec, run_point, run_sweep, worker_threads
+from selector_lens.runs import rundir
+from selector_lens.runs.run import run_table
 from selector_lens.runs.transition import nominal_d, scaling_fits
-from tests.helpers import train_until_killed
-
-TINY = {
-    "n_layers": 1,
-    "n_heads": 2,
-    "d_model": 32,
-    "d_head": 16,
-    "d_mlp": 64,
-    "steps": 40,
-    "batch_size": 16,
-    "lr": 3e-3,
-    "eval_every": 10,
-    "ckpt_every": 20,
-}
+from selector_lens.training.sweep import SweepSpec, run_point, run_sweep, worker_threads
+from tests.helpers import TINY, train_until_killed
 
 
 def test_from_options_from_flat_options():
@@ -74,6 +61,7 @@ def swept(tmp_path_factory):
     return root, spec, run_sweep(spec, root, workers=2)
 
 
+@pytest.mark.slow
 def test_local_sweep_records_failures_and_goes_on(swept):
     root, spec, results = swept
     outcome = {r["run"].split("/")[-1]: r for r in results}
@@ -89,6 +77,7 @@ def test_local_sweep_records_failures_and_goes_on(swept):
     assert len(json.loads((root / "sweep.json").read_text())["points"]) == 4
 
 
+@pytest.mark.slow
 def test_a_cuda_point_trains_where_cuda_exists_and_fails_alone_where_not(tmp_path):
     import torch
 
@@ -183,6 +172,7 @@ def test_run_table_of_the_sweep(swept):
     assert failed.error.str.contains(BLOCKED).all()
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_ray_executor_on_a_local_instance(tmp_path):
     pytest.importorskip("ray")
@@ -195,6 +185,7 @@ def test_ray_executor_on_a_local_instance(tmp_path):
         assert [x["loss"] for x in a] == [x["loss"] for x in b]
 
 
+@pytest.mark.slow
 def test_killing_a_sweep_leaves_no_worker_behind(tmp_path):
     """A killed sweep must not leave workers writing into run directories a resumed one reopens."""
     import signal
@@ -237,6 +228,7 @@ def test_killing_a_sweep_leaves_no_worker_behind(tmp_path):
     assert metrics.stat().st_size == size  # nothing is still training
 
 
+@pytest.mark.slow
 def test_batched_executor_trains_compatible_points_together(tmp_path, monkeypatch):
     """Two seeds and three K (same shapes; D = 16, 24, 32 at batch 16: K=3's epochs end in a
     batch of 8) in one batched model; a point that fails, fails alone."""

@@ -80,7 +80,10 @@ def test_mean_and_resample_match_a_hand_written_forward(setup):
 
 def test_mean_ablation_over_a_constant_input_is_a_no_op(setup):
     model, es = setup
-    one = lambda t: t[:1].repeat(6, *([1] * (t.dim() - 1)))
+
+    def one(t):
+        return t[:1].repeat(6, *([1] * (t.dim() - 1)))
+
     const = dataclasses.replace(
         es,
         tokens=one(es.tokens),

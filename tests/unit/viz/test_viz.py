@@ -1,6 +1,6 @@
 import io
-import re
 import json
+import re
 import shutil
 
 import numpy as np
@@ -8,10 +8,10 @@ import pytest
 
 import selector_lens as sl
 from selector_lens import viz
-from selector_lens.viz.dashboard import run_dashboard
-from selector_lens.runs.transition import group_crossing_steps
-from selector_lens.viz.figures import DZ_FLOOR
 from selector_lens.runs.steps import thin
+from selector_lens.runs.transition import group_crossing_steps
+from selector_lens.viz.dashboard import run_dashboard
+from selector_lens.viz.figures import DZ_FLOOR
 from tests.helpers import render, tiny
 
 
