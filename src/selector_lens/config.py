@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from selector_lens.errors import SelectorLensError
-from selector_lens.task.selector import SelectorTask, _opt
+from selector_lens.fields import check_fields, checked, option
+from selector_lens.task.selector import SelectorTask
 
 # What fused.forward reproduces (training and evaluation run through it; see fused.py).
 ACT_FNS = ("gelu", "gelu_new", "relu", "silu")
@@ -22,16 +23,17 @@ class ModelConfig:
     `n_ctx=None` takes the task's sequence length, but at least 16 (32 with parity "paper").
     """
 
-    n_layers: int = _opt(4, "Transformer blocks.")
-    n_heads: int = _opt(4, "Attention heads per block.")
-    d_model: int = _opt(128, "Residual stream width.")
-    d_head: int = _opt(32, "Width of one head.")
-    d_mlp: int = _opt(512, "MLP hidden width.")
-    act_fn: str = _opt("gelu", "MLP activation.", ACT_FNS)
-    normalization_type: str | None = _opt("LN", "LN (pre-LN) or none.", ("LN", "none"))
-    n_ctx: int | None = _opt(None, "Context length (default: the task's length, at least 16).")
+    n_layers: int = option(4, "Transformer blocks.")
+    n_heads: int = option(4, "Attention heads per block.")
+    d_model: int = option(128, "Residual stream width.")
+    d_head: int = option(32, "Width of one head.")
+    d_mlp: int = option(512, "MLP hidden width.")
+    act_fn: str = option("gelu", "MLP activation.", ACT_FNS)
+    normalization_type: str | None = option("LN", "LN (pre-LN) or none.", ("LN", "none"))
+    n_ctx: int | None = option(None, "Context length (default: the task's length, at least 16).")
 
     def __post_init__(self):
+        check_fields(self)
         for name in ("n_layers", "n_heads", "d_model", "d_head", "d_mlp"):
             if getattr(self, name) < 1:
                 raise SelectorLensError(f"model {name} must be >= 1, got {getattr(self, name)}")
@@ -48,6 +50,7 @@ class ModelConfig:
 
 
 SCHEDULES = ("constant", "cosine")
+RESUMABLE = ("steps", "device")  # what a resume may change: a longer budget, another device
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -63,43 +66,44 @@ class TrainConfig:
 
     task: SelectorTask = field(default_factory=SelectorTask)
     model: ModelConfig = field(default_factory=ModelConfig)
-    steps: int = _opt(6000, "Maximum optimizer steps.")
-    batch_size: int = _opt(128, "Examples per step.")
-    lr: float = _opt(1e-3, "AdamW learning rate.")
-    weight_decay: float = _opt(0.01, "AdamW weight decay.")
-    beta1: float = _opt(0.9, "AdamW beta1.")
-    beta2: float = _opt(0.999, "AdamW beta2.")
-    grad_clip: float = _opt(1.0, "Max gradient norm; 0 turns clipping off.")
-    schedule: str = _opt("constant", "Learning-rate schedule after warmup.", SCHEDULES)
-    warmup_steps: int = _opt(0, "Steps of linear warmup.")
-    cosine_steps: int | None = _opt(
+    steps: int = option(6000, "Maximum optimizer steps.")
+    batch_size: int = option(128, "Examples per step.")
+    lr: float = option(1e-3, "AdamW learning rate.")
+    weight_decay: float = option(0.01, "AdamW weight decay.")
+    beta1: float = option(0.9, "AdamW beta1.")
+    beta2: float = option(0.999, "AdamW beta2.")
+    grad_clip: float = option(1.0, "Max gradient norm; 0 turns clipping off.")
+    schedule: str = option("constant", "Learning-rate schedule after warmup.", SCHEDULES)
+    warmup_steps: int = option(0, "Steps of linear warmup.")
+    cosine_steps: int | None = option(
         None, "Step at which the cosine schedule reaches 0 (default: steps)."
     )
-    eval_every: int = _opt(50, "Steps between evaluations.")
-    ckpt_every: int = _opt(50, "Steps between weight checkpoints.")
-    eval_groups: str = _opt(
+    eval_every: int = option(50, "Steps between evaluations.")
+    ckpt_every: int = option(50, "Steps between weight checkpoints.")
+    eval_groups: str = option(
         "auto", "Groups evaluated: auto (all up to 100, else a seeded 100), all, or a count."
     )
-    early_stop: bool = _opt(
+    early_stop: bool = option(
         True,
         "Stop once the candidate loss stays below early_stop_frac x log K "
         "for early_stop_evals evals.",
     )
-    early_stop_frac: float = _opt(
+    early_stop_frac: float = option(
         0.05, "Early-stop line, in units of log K (reverse directions: nats)."
     )
-    early_stop_evals: int = _opt(10, "Evals in a row below the early-stop line.")
-    early_stop_acc: float | None = _opt(
+    early_stop_evals: int = option(10, "Evals in a row below the early-stop line.")
+    early_stop_acc: float | None = option(
         None,
         "Early-stop line as token accuracy instead: an eval counts once token accuracy reaches "
         "it and the first-target loss is below 0.1 x its step-0 value (the paper's lag rule).",
     )
-    seed: int = _opt(
+    seed: int = option(
         42, "Seed of the model init and the data order (and of the dataset, unless data_seed)."
     )
-    device: str = _opt("cpu", "Where to train.", DEVICES)
+    device: str = option("cpu", "Where to train.", DEVICES)
 
     def __post_init__(self):
+        check_fields(self)
         for name in ("steps", "batch_size", "eval_every", "ckpt_every", "early_stop_evals"):
             if getattr(self, name) < 1:
                 raise SelectorLensError(
@@ -109,6 +113,13 @@ class TrainConfig:
             raise SelectorLensError(f"lr must be positive, got {self.lr}")
         if self.weight_decay < 0 or self.grad_clip < 0 or self.warmup_steps < 0:
             raise SelectorLensError("weight_decay, grad_clip and warmup_steps must be >= 0")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise SelectorLensError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
+        if self.seed < 0:
+            raise SelectorLensError(f"seed must be >= 0, got {self.seed}")
+        if not self.early_stop_frac > 0:
+            raise SelectorLensError(f"early_stop_frac must be positive, got {self.early_stop_frac}")
         if self.schedule not in SCHEDULES:
             raise SelectorLensError(
                 f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}"
@@ -165,7 +176,7 @@ class TrainConfig:
             }
         )
 
-    def differences(self, other: TrainConfig, ignore=("steps", "device")) -> list[str]:
+    def differences(self, other: TrainConfig, ignore=RESUMABLE) -> list[str]:
         """Settings that differ from `other` ('lr: 0.001 != 0.002'), nested configs flattened."""
         a, b = _flat(self.to_dict()), _flat(other.to_dict())
         return [
@@ -227,17 +238,19 @@ def from_options(options: dict) -> TrainConfig:
     the run's exact D is n_bases x k). Options set to None take their default."""
     options = coerce({k: v for k, v in options.items() if v is not None})
     if "D" in options:
-        d, k = options.pop("D"), options.get("k", SelectorTask.k)
+        d, k = checked("D", options.pop("D"), float), options.get("k", SelectorTask.k)
+        if not d > 0:
+            raise SelectorLensError(f"D must be positive, got {d}")
         if "n_bases" in options:
             raise SelectorLensError("give D or n_bases, not both")
         options["n_bases"] = max(1, round(d / k))
     unknown = set(options) - set(OPTIONS)
     if unknown:
-        raise SelectorLensError(f"unknown option(s): {', '.join(sorted(unknown))}")
+        raise SelectorLensError(f"unknown option(s): {', '.join(sorted(map(str, unknown)))}")
     parts: dict = {"task": {}, "model": {}, "train": {}}
     for name, value in options.items():
         o = OPTIONS[name]
-        parts[o.section][o.field] = value
+        parts[o.section][o.field] = checked(name, value, o.type)
     parts["task"].setdefault("seed", parts["train"].get("seed", TrainConfig.seed))
     return TrainConfig(
         task=SelectorTask(**parts["task"]), model=ModelConfig(**parts["model"]), **parts["train"]

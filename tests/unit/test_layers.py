@@ -9,7 +9,18 @@ import selector_lens as sl
 
 SRC = Path(sl.__file__).parent
 # lowest first; a module may import its own wing and the ones before it
-WINGS = ["errors", "files", "task", "config", "model", "runs", "analysis", "training", "viz"]
+WINGS = [
+    "errors",
+    "files",
+    "fields",
+    "task",
+    "config",
+    "model",
+    "runs",
+    "analysis",
+    "training",
+    "viz",
+]
 WINGS += ["paper", "cli", "__main__"]
 
 

@@ -70,6 +70,9 @@ def config_options(func):
 def train(
     out: Path | None = typer.Option(None, help="Run directory (default: checkpoints/<name>)."),
     resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
+    restart: bool = typer.Option(
+        False, help="Train the run in --out again from step 0 (what it trained is removed)."
+    ),
     analyze: bool = typer.Option(
         False, "--analyze", help="Once training ends, compute and store what the dashboard reads."
     ),
@@ -82,7 +85,9 @@ def train(
     from selector_lens.training.trainer import train as run_training
 
     t0 = time.perf_counter()
-    run = run_training(from_options(options), out=out, resume=resume, progress=not json_out)
+    run = run_training(
+        from_options(options), out=out, resume=resume, progress=not json_out, restart=restart
+    )
     info = run.info
     summary = {
         "run": str(run.path),
@@ -613,9 +618,13 @@ def sweep(
     parity: str | None = typer.Option(
         None, help="ours | paper for every point (the spec's base `parity`)."
     ),
+    wait: bool = typer.Option(
+        False, help="If another sweep runs in this directory, wait for it instead of stopping."
+    ),
     json_out: JsonOpt = False,
 ):
-    """Train every point of a grid, one run directory each; resumable, failures recorded."""
+    """Train every point of a grid, one run directory each; resumable, failures recorded (the
+    command then exits 1, after every other point has run)."""
     import time
 
     from selector_lens.training.sweep import SweepSpec, run_sweep
@@ -628,12 +637,30 @@ def sweep(
     root = out or Path("checkpoints") / "sweeps" / (spec.stem if spec is not None else "grid")
     t = time.perf_counter()
     results = run_sweep(
-        s, root, executor=executor, workers=workers, address=address, progress=not json_out
+        s,
+        root,
+        executor=executor,
+        workers=workers,
+        address=address,
+        progress=not json_out,
+        wait=wait,
     )
     wall = time.perf_counter() - t
+    failed = [r for r in results if r["outcome"] == "failed"]
     if json_out:
         _json({"sweep": str(root), "wall_s": wall, "results": results})
-        return
+    else:
+        _sweep_table(root, results, wall, executor)
+    if failed:
+        print(
+            f"sweep {root}: {len(failed)} of {len(results)} points failed "
+            f"({', '.join(Path(r['run']).name for r in failed)}); see their error.json",
+            file=sys.stderr,
+        )
+        raise typer.Exit(1)
+
+
+def _sweep_table(root, results, wall, executor) -> None:
     _table(
         f"{root}: {len(results)} runs in {wall:.0f} s ({executor})",
         ["run", "outcome", "τ / error"],

@@ -74,7 +74,8 @@ def config_hash(*configs) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _checksum(state: dict[str, torch.Tensor]) -> str:
+def tensors_checksum(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over named tensors (names sorted): what a checkpoint records and is checked against."""
     h = hashlib.sha256()
     for name in sorted(state):
         h.update(name.encode())
@@ -84,7 +85,7 @@ def _checksum(state: dict[str, torch.Tensor]) -> str:
 
 def save_weights(model, path: Path, step: int, cfg_hash: str) -> None:
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    meta = {"step": str(step), "config_hash": cfg_hash, "checksum": _checksum(state)}
+    meta = {"step": str(step), "config_hash": cfg_hash, "checksum": tensors_checksum(state)}
     atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata=meta))
 
 
@@ -101,16 +102,20 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
         state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as e:
         raise SelectorLensError(f"corrupt checkpoint: {path} ({e})") from None
-    if meta.get("checksum") != _checksum(state):
+    if meta.get("checksum") != tensors_checksum(state):
         raise SelectorLensError(f"corrupt checkpoint: {path} (checksum mismatch)")
     return state, meta
 
 
-def load_weights(model, path: Path, cfg_hash: str | None = None) -> int:
-    """Load a checkpoint in place into `model`, verifying its checksum; returns its step."""
+def load_weights(model, path: Path, cfg_hash: str | None = None, step: int | None = None) -> int:
+    """Load a checkpoint in place into `model`, verifying its checksum (and, when given, the run's
+    config hash and the step it must hold: a file copied over another step's name is refused);
+    returns its step."""
     state, meta = read_checkpoint(path)
     if cfg_hash is not None and meta.get("config_hash") != cfg_hash:
         raise SelectorLensError(f"checkpoint {path} belongs to another run (config hash differs)")
+    if step is not None and meta.get("step") != str(step):
+        raise SelectorLensError(f"checkpoint {path} holds step {meta.get('step')}, not step {step}")
     try:
         model.load_state_dict(state)
     except RuntimeError as e:

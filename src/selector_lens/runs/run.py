@@ -155,7 +155,7 @@ class Run:
             )
         if model is None:
             model = build_model(self.config.model, self.config.task, self.config.seed)
-        load_weights(model, self.ckpt_path(step), self.config_hash)
+        load_weights(model, self.ckpt_path(step), self.config_hash, step)
         return model
 
     @property

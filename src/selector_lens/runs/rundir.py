@@ -56,26 +56,32 @@ def require_free(path) -> None:
 
 
 class Lock:
-    """`path` locked for training (flock on `path/LOCK`, which dies with the process) until
-    `release`, which also removes the file. Two processes training one run (two studies over
-    one root) would interleave its log and checkpoints: the second gets an error instead."""
+    """`path` locked (flock on `path/name`, which dies with the process) until `release`, which
+    also removes the file. Two processes training one run (two studies over one root) would
+    interleave its log and checkpoints: the second gets an error instead, or waits (`wait`)."""
 
-    def __init__(self, path):
+    def __init__(
+        self,
+        path,
+        name: str = LOCK,
+        busy: str = "is being trained by another process",
+        wait: bool = False,
+    ):
         import fcntl
 
-        self.file = Path(path) / LOCK
+        self.file = Path(path) / name
         self.file.parent.mkdir(parents=True, exist_ok=True)
         while True:
             f = open(self.file, "a+")
             try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             except BlockingIOError:
                 f.seek(0)
                 pid = f.read().strip()
                 f.close()
                 raise SelectorLensError(
-                    f"{path} is being trained by another process{f' (pid {pid})' if pid else ''}; "
-                    "wait for it to end or choose another --out"
+                    f"{path} {busy}{f' (pid {pid})' if pid else ''}; "
+                    "wait for it to end or choose another directory"
                 ) from None
             try:  # the holder we waited on may have removed the file: lock the one on disk
                 if os.stat(self.file).st_ino == os.fstat(f.fileno()).st_ino:

@@ -9,12 +9,13 @@ module for its options.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from selector_lens.errors import SelectorLensError
+from selector_lens.fields import check_fields, option
 from selector_lens.task.vocab import ALPHABET
 
 if TYPE_CHECKING:
@@ -22,11 +23,6 @@ if TYPE_CHECKING:
 
 DIRECTIONS = ("bz_to_a", "b_to_a", "a_to_b", "az_to_b")
 PARITIES = ("ours", "paper")
-
-
-def _opt(default, help: str, choices: tuple = ()):
-    """A config field with the help (and choices) its CLI option shows (config.OPTIONS)."""
-    return field(default=default, metadata={"help": help, "choices": choices})
 
 
 @dataclass(frozen=True)
@@ -37,22 +33,22 @@ class SelectorTask:
     `a_to_b` (the one-to-one reverse), `az_to_b` (reverse with a redundant z).
     """
 
-    k: int = _opt(10, "Targets per base (ambiguity K).")
-    n_bases: int = _opt(1000, "Distinct base strings; D = n_bases x K.")
-    b_length: int = _opt(6, "Characters of a base string B.")
-    a_length: int = _opt(4, "Characters of a target string A.")
-    z_length: int = _opt(2, "Characters of a selector z.")
-    direction: str = _opt("bz_to_a", "What maps to what.", DIRECTIONS)
-    unique_first_char: bool = _opt(
+    k: int = option(10, "Targets per base (ambiguity K).")
+    n_bases: int = option(1000, "Distinct base strings; D = n_bases x K.")
+    b_length: int = option(6, "Characters of a base string B.")
+    a_length: int = option(4, "Characters of a target string A.")
+    z_length: int = option(2, "Characters of a selector z.")
+    direction: str = option("bz_to_a", "What maps to what.", DIRECTIONS)
+    unique_first_char: bool = option(
         True, "The K targets of a base start with K different characters."
     )
-    seed: int = _opt(42, "Seed of the sampled strings.")
-    z_groups: int = _opt(
+    seed: int = option(42, "Seed of the sampled strings.")
+    z_groups: int = option(
         1,
         "Super-groups of bases, each with its own K selectors (1: every base shares the same K; "
         "n_bases: every base has private selectors). Base g is in super-group g mod z_groups.",
     )
-    parity: str = _opt(
+    parity: str = option(
         "ours",
         "paper: the paper code's dataset, initial weights, batch order and lr, "
         "string for string (parity.py).",
@@ -60,6 +56,7 @@ class SelectorTask:
     )
 
     def __post_init__(self):
+        check_fields(self)
         n = len(ALPHABET)
         if self.parity not in PARITIES:
             raise SelectorLensError(
@@ -71,6 +68,8 @@ class SelectorTask:
             )
         if self.k < 1:
             raise SelectorLensError(f"k must be >= 1, got {self.k}")
+        if self.seed < 0:
+            raise SelectorLensError(f"seed must be >= 0, got {self.seed}")
         if self.n_bases < 1:
             raise SelectorLensError(f"n_bases must be >= 1, got {self.n_bases}")
         for name in ("b_length", "a_length", "z_length"):

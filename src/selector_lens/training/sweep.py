@@ -16,18 +16,37 @@ the way to fill one GPU with a sweep's small models, `--device cuda`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import math
 import os
+import sys
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from selector_lens.config import coerce, from_options
 from selector_lens.errors import SelectorLensError
+from selector_lens.files import atomic_write_text
 from selector_lens.runs import rundir
 
 EXECUTORS = ("local", "ray", "batched")
+SWEEP_LOCK = ".sweep.lock"  # held (flock) by the process running a sweep directory
+MAX_SPEC_CHARS = 65_536  # a spec is a few lines; anything larger is a mistake or an attack
+MAX_POINTS = 10_000
+
+
+def _safe_yaml(text: str, what: str):
+    """YAML without aliases (an alias bomb grows a few hundred bytes into gigabytes)."""
+    import yaml
+
+    try:
+        if any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, Loader=yaml.SafeLoader)):
+            raise SelectorLensError(f"{what} uses a YAML alias (*name); write the values out")
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SelectorLensError(f"{what} is not valid YAML ({e})".replace("\n", " ")) from None
 
 
 @dataclass(frozen=True)
@@ -37,14 +56,20 @@ class SweepSpec:
 
     @classmethod
     def load(cls, path) -> SweepSpec:
-        import yaml
-
         try:
-            raw = yaml.safe_load(Path(path).read_text()) or {}
+            text = Path(path).read_text()
         except FileNotFoundError:
             raise SelectorLensError(f"missing sweep spec: {path}") from None
-        except yaml.YAMLError as e:
-            raise SelectorLensError(f"sweep spec {path} is not valid YAML ({e})") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise SelectorLensError(f"cannot read sweep spec {path} ({e})") from None
+        if len(text) > MAX_SPEC_CHARS:
+            raise SelectorLensError(
+                f"sweep spec {path} has {len(text):,} characters; a spec is at most "
+                f"{MAX_SPEC_CHARS:,}"
+            )
+        raw = _safe_yaml(text, f"sweep spec {path}")
+        if not isinstance(raw, dict):
+            raise SelectorLensError(f"sweep spec {path} must be a mapping with base and grid")
         return cls.from_dict(raw)
 
     @classmethod
@@ -54,25 +79,31 @@ class SweepSpec:
             raise SelectorLensError(
                 f"a sweep spec has keys base and grid, not {', '.join(sorted(extra))}"
             )
-        grid = {k: (v if isinstance(v, list) else [v]) for k, v in (raw.get("grid") or {}).items()}
+        base, grid = raw.get("base") or {}, raw.get("grid") or {}
+        if not isinstance(base, dict) or not isinstance(grid, dict):
+            raise SelectorLensError("a sweep spec's base and grid map option names to values")
+        grid = {k: (v if isinstance(v, list) else [v]) for k, v in grid.items()}
         if any(len(v) == 0 for v in grid.values()):
             raise SelectorLensError("every grid option needs at least one value")
-        return cls(dict(raw.get("base") or {}), grid)
+        return cls(dict(base), grid)
 
     def with_grid(self, pairs: list[str]) -> SweepSpec:
         """The spec with grid options set from `key=v1,v2,...` strings (the CLI's --grid)."""
-        import yaml
-
         grid = dict(self.grid)
         for pair in pairs:
             key, sep, values = pair.partition("=")
             if not sep or not key or not values:
                 raise SelectorLensError(f"--grid takes key=v1,v2,..., got {pair!r}")
-            grid[key.strip()] = [yaml.safe_load(v) for v in values.split(",")]
+            grid[key.strip()] = [_safe_yaml(v, f"--grid {key}") for v in values.split(",")]
         return replace(self, grid=grid)
 
     def points(self) -> list[dict]:
         """The grid's points (base options updated by each combination), validated."""
+        count = math.prod(len(v) for v in self.grid.values())
+        if count > MAX_POINTS:
+            raise SelectorLensError(
+                f"the grid has {count:,} points; a sweep has at most {MAX_POINTS:,}"
+            )
         keys = list(self.grid)
         pts = [
             coerce({**self.base, **dict(zip(keys, combo))})
@@ -149,15 +180,16 @@ def run_sweep(
     workers: int | None = None,
     address: str | None = None,
     progress: bool = False,
+    wait: bool = False,
 ) -> list[dict]:
-    """Run every point of `spec` under `root`; returns one outcome per point."""
+    """Run every point of `spec` under `root`; returns one outcome per point. One sweep at a
+    time per directory: a second is refused, or waits for the first with `wait`."""
     if executor not in EXECUTORS:
         raise SelectorLensError(
             f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}"
         )
     points = spec.points()
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
+    root = Path(root).resolve()  # every executor's workers see the same paths (Ray's cwd differs)
     names = [spec.run_name(p) for p in points]
     if len(set(names)) != len(names):
         raise SelectorLensError(
@@ -171,10 +203,13 @@ def run_sweep(
     sweep_json = root / "sweep.json"
     if sweep_json.is_file() and json.loads(sweep_json.read_text())["points"] != record["points"]:
         raise SelectorLensError(f"{root} holds a different sweep; choose another directory")
-    sweep_json.write_text(json.dumps(record, indent=1))
-    return run_jobs(
-        [(p, str(root / n)) for p, n in zip(points, names)], executor, workers, address, progress
-    )
+    lock = rundir.Lock(root, SWEEP_LOCK, "is being swept by another process", wait)
+    try:
+        atomic_write_text(sweep_json, json.dumps(record, indent=1))
+        jobs = [(p, str(root / n)) for p, n in zip(points, names)]
+        return run_jobs(jobs, executor, workers, address, progress)
+    finally:
+        lock.release()
 
 
 def run_jobs(
@@ -190,6 +225,7 @@ def run_jobs(
         raise SelectorLensError(
             f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}"
         )
+    jobs = [(p, str(Path(out).resolve())) for p, out in jobs]
     if executor == "batched":  # one process; `workers` caps the runs per batched model
         return _run_batched(jobs, workers, progress)
     cores = os.cpu_count() or 1
@@ -255,23 +291,46 @@ def _exit_with_parent(parent: int) -> None:
 
 
 def _run_local(jobs, workers: int, threads: int, progress: bool) -> list[dict]:
+    """A process pool over the jobs. A worker that dies (killed, out of memory) breaks the pool
+    for every job then running: those are run again one at a time, each in a pool of its own
+    (resuming from its checkpoints), so only a point that kills its worker again fails."""
+    board = _Board(len(jobs), progress)
+    for job in _pool_round(jobs, workers, threads, board):
+        for _, out in _pool_round([job], 1, threads, board):
+            board.add(_record_crash(out), 0)
+    board.close()
+    return sorted(board.results, key=lambda r: r["run"])
+
+
+def _pool_round(jobs, workers: int, threads: int, board) -> list:
+    """Run `jobs` in one pool; returns those whose worker died (a broken pool)."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
     from multiprocessing import get_context
 
-    board = _Board(len(jobs), progress)
+    crashed = []
     with ProcessPoolExecutor(
         max_workers=workers,
         mp_context=get_context("spawn"),
         initializer=_exit_with_parent,
         initargs=(os.getpid(),),
     ) as pool:
-        futures = [pool.submit(run_point, p, out, threads) for p, out in jobs]
+        futures = {pool.submit(run_point, p, out, threads): (p, out) for p, out in jobs}
         pending = len(futures)
         for fut in as_completed(futures):
             pending -= 1
-            board.add(fut.result(), min(workers, pending))
-    board.close()
-    return sorted(board.results, key=lambda r: r["run"])
+            try:
+                board.add(fut.result(), min(workers, pending))
+            except BrokenProcessPool:
+                crashed.append(futures[fut])
+    return crashed
+
+
+def _record_crash(out: str, why: str = "its worker process died twice (killed or out of memory)"):
+    err = {"run": out, "outcome": "failed", "error": f"WorkerDied: {why}", "traceback": ""}
+    Path(out).mkdir(parents=True, exist_ok=True)
+    rundir.write_error(out, err)
+    return err
 
 
 def _run_batched(jobs, per_batch: int | None, progress: bool) -> list[dict]:
@@ -312,6 +371,27 @@ def _run_ray(jobs, threads: int, address: str | None, progress: bool) -> list[di
         raise SelectorLensError(
             "the ray executor needs Ray: pip install 'selector-lens[ray]'"
         ) from None
+    with _stdout_to_stderr():  # Ray's own messages (a worker died...) never reach stdout
+        return _ray_jobs(ray, jobs, threads, address, progress)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """File descriptor 1 pointed at stderr for a while: what this process and the processes it
+    starts print goes there, so a command's --json output stays parseable."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _ray_jobs(ray, jobs, threads: int, address: str | None, progress: bool) -> list[dict]:
     started = not ray.is_initialized()
     if started:
         ray.init(
@@ -321,12 +401,17 @@ def _run_ray(jobs, threads: int, address: str | None, progress: bool) -> list[di
             log_to_driver=False,
         )
     try:
-        remote = ray.remote(num_cpus=threads)(run_point)
-        refs = [remote.remote(p, out, threads) for p, out in jobs]
+        remote = ray.remote(num_cpus=threads)(run_point)  # Ray retries a task whose worker died
+        outs = {remote.remote(p, out, threads): out for p, out in jobs}
+        refs = list(outs)
         board = _Board(len(jobs), progress)
         while refs:
             done, refs = ray.wait(refs, num_returns=1)
-            board.add(ray.get(done[0]), len(refs))
+            try:
+                result = ray.get(done[0])
+            except Exception as e:  # the worker died on every retry: this point fails alone
+                result = _record_crash(outs[done[0]], f"{type(e).__name__}: {e}".splitlines()[0])
+            board.add(result, len(refs))
         board.close()
         return sorted(board.results, key=lambda r: r["run"])
     finally:

@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 
 from selector_lens import __version__
-from selector_lens.config import TrainConfig
+from selector_lens.config import RESUMABLE, TrainConfig, _flat
 from selector_lens.errors import SelectorLensError
 from selector_lens.files import atomic_write, atomic_write_text
 from selector_lens.model import fused
-from selector_lens.model.adapter import build_model, config_hash, save_weights
+from selector_lens.model.adapter import build_model, config_hash, save_weights, tensors_checksum
 from selector_lens.model.metrics import evaluate
 from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
@@ -95,8 +95,9 @@ def solved(cfg: TrainConfig, row: dict, first: dict) -> bool:
     return row["loss"] < cfg.early_stop_frac
 
 
-def _prepare(cfg: TrainConfig, out: Path, resume: bool) -> tuple[Run, bool]:
-    """Create the run directory, or check that it holds this run when resuming."""
+def _prepare(cfg: TrainConfig, out: Path, resume: bool, restart: bool) -> tuple[Run, bool]:
+    """Create the run directory, or check that it holds this run when resuming (or clear what it
+    trained, on `restart`)."""
     run = Run(out)
     if rundir.is_run(out):
         diff = Run.open(out).config.differences(cfg)
@@ -104,16 +105,46 @@ def _prepare(cfg: TrainConfig, out: Path, resume: bool) -> tuple[Run, bool]:
             raise SelectorLensError(
                 f"{out} holds a different run ({'; '.join(diff[:3])}); choose another --out"
             )
-        if not resume:
+        if restart:
+            _clear_training(run)
+        elif not resume:
             raise SelectorLensError(
-                f"{out} already holds this run; pass --resume to continue it or choose another --out"
+                f"{out} already holds this run; pass --resume to continue it, --restart to train "
+                "it again from step 0, or choose another --out"
             )
-        rundir.update(
-            out, config=cfg.to_dict(), status=rundir.RUNNING
-        )  # steps may have been extended
         return run, run.state_path.is_file()
     rundir.create(out, cfg.to_dict(), __version__, cfg.task.generate().to_json())
     return run, False
+
+
+def _clear_training(run: Run) -> None:
+    """What a run trained (checkpoints, state, log, error, analyses), for `restart`."""
+    import shutil
+
+    from selector_lens.runs.store import STORE_DIR
+
+    for path in (run.ckpt_dir, run.path / STORE_DIR):
+        shutil.rmtree(path, ignore_errors=True)
+    run.ckpt_dir.mkdir()
+    for path in (run.state_path, run.path / rundir.METRICS, run.path / rundir.ERROR_JSON):
+        path.unlink(missing_ok=True)
+
+
+def _settings(cfg: TrainConfig) -> dict:
+    """The settings a state was trained under: every option but those a resume may change."""
+    return {k: v for k, v in _flat(cfg.to_dict()).items() if k not in RESUMABLE}
+
+
+def _state_checksum(state: dict) -> str:
+    """sha256 over a training state: its optimizer tensors, step, settings and param groups."""
+    tensors = {
+        f"{p}.{k}": v if isinstance(v, torch.Tensor) else torch.tensor(v)
+        for p, s in state["optimizer"]["state"].items()
+        for k, v in s.items()
+    }
+    head = {k: state[k] for k in ("step", "elapsed", "settings")}
+    head["param_groups"] = state["optimizer"]["param_groups"]
+    return tensors_checksum(tensors) + ":" + json.dumps(head, sort_keys=True, default=str)
 
 
 def batch_key(cfg: TrainConfig) -> tuple:
@@ -128,12 +159,17 @@ def batch_key(cfg: TrainConfig) -> tuple:
     )
 
 
-def train(cfg: TrainConfig, out=None, resume: bool = False, progress: bool = False) -> Run:
-    """Train (or resume) one run and return it. `out` defaults to checkpoints/<cfg.name>."""
-    return train_many([cfg], [out], resume, progress)[0]
+def train(
+    cfg: TrainConfig, out=None, resume: bool = False, progress: bool = False, restart: bool = False
+) -> Run:
+    """Train (or resume) one run and return it. `out` defaults to checkpoints/<cfg.name>.
+    `restart` trains a run that exists again from step 0 (what it trained is removed)."""
+    return train_many([cfg], [out], resume, progress, restart)[0]
 
 
-def train_many(cfgs, outs=None, resume: bool = False, progress: bool = False) -> list[Run]:
+def train_many(
+    cfgs, outs=None, resume: bool = False, progress: bool = False, restart: bool = False
+) -> list[Run]:
     """Train several runs at once as one batched model: each step is one set of GEMMs for all.
 
     The runs must share the model shape, sequence length, batch size and device (a sweep over
@@ -150,7 +186,7 @@ def train_many(cfgs, outs=None, resume: bool = False, progress: bool = False) ->
     states = []
     try:
         for c, o in zip(cfgs, outs):
-            states.append(_RunState(c, o, resume, progress and len(cfgs) == 1))
+            states.append(_RunState(c, o, resume, progress and len(cfgs) == 1, restart))
         first, clip = cfgs[0].task.first_target_pos, cfgs[0].grad_clip
         active = [s for s in states if not s.done]
         while active:
@@ -180,18 +216,20 @@ def train_many(cfgs, outs=None, resume: bool = False, progress: bool = False) ->
 class _RunState:
     """One run inside the training loop: its model, optimizer, data order, log and checkpoints."""
 
-    def __init__(self, cfg: TrainConfig, out, resume: bool, progress: bool):
+    def __init__(self, cfg: TrainConfig, out, resume: bool, progress: bool, restart: bool = False):
         out = Path(out) if out is not None else Path("checkpoints") / cfg.name
         self.cfg, self.out = cfg, out
         self.lock = rundir.Lock(out)
         try:
-            self._open(cfg, out, resume, progress)
+            self._open(cfg, out, resume, progress, restart)
         except BaseException:
             self.lock.release()
             raise
 
-    def _open(self, cfg: TrainConfig, out: Path, resume: bool, progress: bool) -> None:
-        self.run, has_state = _prepare(cfg, out, resume)
+    def _open(
+        self, cfg: TrainConfig, out: Path, resume: bool, progress: bool, restart: bool
+    ) -> None:
+        self.run, has_state = _prepare(cfg, out, resume, restart)
         device = resolve_device(cfg.device)
         data = self.run.task_data
         self.task = cfg.task
@@ -218,22 +256,16 @@ class _RunState:
 
         self.step, elapsed = 0, 0.0
         if has_state:
-            try:
-                state = torch.load(self.run.state_path, map_location=device, weights_only=True)
-                self.step, elapsed = state["step"], state["elapsed"]
-                self.opt.load_state_dict(state["optimizer"])
-            except (
-                Exception
-            ) as e:  # torn or foreign file (a pickle with code is refused, never run): name it
-                raise SelectorLensError(
-                    f"corrupt checkpoint: {self.run.state_path} ({type(e).__name__})"
-                ) from None
+            self.step, elapsed = self._load_state(device)
             self.run.model_at(self.step, self.model)
             self.rows = [r for r in self.run.metric_rows() if r["step"] <= self.step]
             atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in self.rows))
         else:
+            self._refuse_lost_state()
             self.rows = []
             metrics_path.write_text("")
+        # the state checked: run.json takes this resume's budget and device, and says running
+        rundir.update(out, config=cfg.to_dict(), status=rundir.RUNNING)
         self.streak = 0
         for r in self.rows:
             self.streak = self.streak + 1 if solved(cfg, r, self.rows[0]) else 0
@@ -248,6 +280,43 @@ class _RunState:
         self.stopped = (
             cfg.early_stop and self.streak >= cfg.early_stop_evals
         )  # resuming an early-stopped run
+
+    def _load_state(self, device) -> tuple[int, float]:
+        """The saved state, checked: its checksum (when it has one: states before checksums do
+        not) and the settings it was trained under against this run's."""
+        path = self.run.state_path
+        try:
+            state = torch.load(path, map_location=device, weights_only=True)
+            step, elapsed = state["step"], state["elapsed"]
+            self.opt.load_state_dict(state["optimizer"])
+        except Exception as e:  # torn or foreign (a pickle with code is refused, never run)
+            raise SelectorLensError(f"corrupt checkpoint: {path} ({type(e).__name__})") from None
+        if "checksum" in state and state["checksum"] != _state_checksum(state):
+            raise SelectorLensError(f"corrupt checkpoint: {path} (checksum mismatch)")
+        if "settings" in state:
+            now = _settings(self.cfg)
+            diff = [
+                f"{k}: {state['settings'][k]} (trained) != {now[k]} (run.json)"
+                for k in sorted(state["settings"].keys() & now.keys())
+                if state["settings"][k] != now[k]
+            ]
+            if diff:
+                raise SelectorLensError(
+                    f"{self.out} was trained under other settings than its run.json says "
+                    f"({'; '.join(diff[:3])}); restore run.json or pass --restart"
+                )
+        return step, elapsed
+
+    def _refuse_lost_state(self) -> None:
+        """No state, yet the run trained past step 0: resuming would silently start over."""
+        trained = [s for s in self.run.steps if s > 0] + [
+            r["step"] for r in self.run.metric_rows() if r["step"] > 0
+        ]
+        if trained:
+            raise SelectorLensError(
+                f"{self.run.state_path} is missing but {self.out} trained to step "
+                f"{max(trained)}; pass --restart to train it again from step 0"
+            )
 
     @property
     def done(self) -> bool:
@@ -281,6 +350,11 @@ class _RunState:
             "lr": lr_at(self.cfg, max(step, 1)),
         }
         row.update(evaluate(self.model, self.eval_set))
+        if not math.isfinite(row["loss"]):  # diverged: a NaN row would poison every summary
+            raise SelectorLensError(
+                f"{self.out} diverged: loss {row['loss']} at step {step} (lr {self.cfg.lr}); "
+                "its checkpoints up to the last finite evaluation are kept"
+            )
         row["wall_s"] = time.perf_counter() - self.t0
         self.model.train()
         self.log.write(json.dumps(row) + "\n")
@@ -294,8 +368,10 @@ class _RunState:
         state = {
             "step": step,
             "elapsed": time.perf_counter() - self.t0,
+            "settings": _settings(self.cfg),
             "optimizer": self.opt.state_dict(),
         }
+        state["checksum"] = _state_checksum(state)
         atomic_write(self.run.state_path, lambda tmp: torch.save(state, tmp))
 
     def close(self) -> None:
