@@ -228,3 +228,163 @@ def test_a_sweep_whose_worker_is_killed_finishes_every_point(tmp_path):
     assert [r["outcome"] for r in json.loads(out)["results"]] == ["done", "done"]
     steps = [r["step"] for r in sl.Run.open(tmp_path / "s" / "seed1").metric_rows()]
     assert steps == list(range(0, 401, 50))  # resumed: every eval once
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_the_store_serves_nothing_for_a_damaged_checkpoint(tmp_path, damage):
+    run = sl.train(tiny(steps=20), out=tmp_path / "r")
+    first = sl.logit_lens(run)  # computed and stored
+    assert sl.logit_lens(run).equals(first)  # served from the store
+    path = run.ckpt_path(20)
+    raw = bytearray(path.read_bytes())
+    if damage == "flip":
+        raw[-100] ^= 0x01  # inside the last tensor's bytes
+    else:
+        raw = raw[: len(raw) // 2]
+    path.write_bytes(bytes(raw))
+    with pytest.raises(sl.SelectorLensError, match=f"corrupt checkpoint: {path}"):
+        sl.logit_lens(run)
+    res = cli("weights", "--run", run.path, "--json")
+    assert res.returncode == 2 and "corrupt checkpoint" in res.stderr
+
+
+def test_a_published_file_edited_by_hand_is_named_and_not_read(tmp_path):
+    from pathlib import Path
+
+    published = Path(__file__).resolve().parents[2] / "analyses" / "results" / "paper"
+    shutil.copytree(published, tmp_path / "p")
+    run_json = tmp_path / "p" / "runs" / "k10-nb1000-s42" / "run.json"
+    run_json.write_text(run_json.read_text().replace('"tau": 1500', '"tau": 1600', 1))
+    res = cli("reproduce", "--from", tmp_path / "p", "-o", tmp_path / "r.html")
+    assert res.returncode == 2
+    assert "changed: runs/k10-nb1000-s42/run.json" in res.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import errno
+
+    from selector_lens.files import atomic_write_text
+
+    def full(self, data):
+        self.open("wb").write(data[:10])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(tmp_path), "write_bytes", full)
+    with pytest.raises(
+        sl.SelectorLensError,
+        match=r"disk full writing .*x.json: it needs 2,000 bytes; [\d,]+ bytes free",
+    ):
+        atomic_write_text(tmp_path / "x.json", "a" * 2000)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_while_checkpointing_keeps_the_run_resumable(tmp_path, monkeypatch):
+    import errno
+
+    from selector_lens.training import trainer
+
+    real = trainer.save_weights
+    calls = {"n": 0}
+
+    def fills_up(model, path, step, chash):
+        calls["n"] += 1
+        if calls["n"] == 2:  # step 20's weights
+            from selector_lens.files import atomic_write
+
+            atomic_write(
+                path,
+                lambda tmp: (
+                    tmp.write_bytes(b"x" * 10),
+                    (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")),
+                ),
+            )
+        return real(model, path, step, chash)
+
+    monkeypatch.setattr(trainer, "save_weights", fills_up)
+    with pytest.raises(sl.SelectorLensError, match="disk full writing .*step_000020.safetensors"):
+        sl.train(tiny(steps=40), out=tmp_path / "r")
+    assert not list((tmp_path / "r").rglob(".*.tmp"))
+    monkeypatch.setattr(trainer, "save_weights", real)
+    run = sl.train(tiny(steps=40), out=tmp_path / "r", resume=True)
+    assert [r["step"] for r in run.metric_rows()] == [0, 10, 20, 30, 40]
+
+
+PAPER_CONFIG = {
+    "experiment": {"seed": 1},
+    "data": {"n_unique_b": 4, "k": 3, "split_by_base": True, "probe_fraction": 0.0},
+    "model": {"n_layers": 1, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp": 64},
+    "training": {"batch_size": 8, "checkpoint_every": 10},
+}
+
+
+def paper_folder(path, config: dict | None = None, history=None, examples=None):
+    """A synass-lens output folder of a tiny run (one checkpoint of a fresh model), its
+    config.yaml's sections updated by `config`."""
+    import yaml
+
+    from selector_lens.paper.importer import config_from_paper
+
+    raw = {s: {**v, **(config or {}).get(s, {})} for s, v in PAPER_CONFIG.items()}
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(raw))
+    good = config_from_paper(PAPER_CONFIG)
+    step = path / "checkpoints" / "step_000010"
+    step.mkdir(parents=True)
+    torch.save(sl.build_model(good.model, good.task, 1).state_dict(), step / "model.pt")
+    if history is not None:
+        (path / "training_history.json").write_text(history)
+    if examples is not None:
+        (path / "examples.jsonl").write_text(examples)
+    return path
+
+
+@pytest.mark.parametrize(
+    "kw,words",
+    [
+        ({"config": {"data": {"k": "abc"}}}, "data.k must be an integer, got 'abc'"),
+        (
+            {"config": {"data": {"k": [3]}, "training": {"learning_rate": "fast"}}},
+            r"data.k must be an integer, got \[3\]; training.learning_rate must be a number",
+        ),
+        (
+            {"config": {"model": {"d_model": 10_000_000}}},
+            "embed.W_E is .*32.*the config says .*10000000",
+        ),
+        ({"history": "[1, 2]"}, "training_history.json is not a training history"),
+        (
+            {"history": '{"steps": [10], "train_lo'},
+            "training_history.json is not a training history",
+        ),
+        ({"examples": '{"b": "abc", "z"\n'}, "examples.jsonl line 1 is not JSON"),
+    ],
+)
+def test_a_hostile_import_folder_is_one_line_and_leaves_nothing(tmp_path, kw, words):
+    from selector_lens.paper.importer import import_run
+
+    folder = paper_folder(tmp_path / "paper", **kw)
+    with pytest.raises(sl.SelectorLensError, match=words):
+        import_run(folder, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["paper"]  # no half-made run
+
+
+def test_an_import_killed_midway_leaves_nothing_and_imports_again(tmp_path, monkeypatch):
+    from selector_lens.paper import importer
+
+    folder = paper_folder(tmp_path / "paper")
+    real = importer.read_paper_weights
+    calls = {"n": 0}
+
+    def dies(path):
+        calls["n"] += 1
+        if calls["n"] == 2:  # after the run directory was begun
+            raise KeyboardInterrupt
+        return real(path)
+
+    monkeypatch.setattr(importer, "read_paper_weights", dies)
+    with pytest.raises(KeyboardInterrupt):
+        importer.import_run(folder, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["paper"]
+    monkeypatch.setattr(importer, "read_paper_weights", real)
+    run = importer.import_run(folder, tmp_path / "out")
+    assert run.steps == [10]

@@ -170,7 +170,7 @@ def test_a_malformed_folder_gets_one_line(tmp_path):
     with pytest.raises(SelectorLensError, match="has no config.yaml"):
         import_run(tmp_path, tmp_path / "out")
     (tmp_path / "config.yaml").write_text("data: {k: 3}\n")
-    with pytest.raises(SelectorLensError, match="config.yaml has no model"):
+    with pytest.raises(SelectorLensError, match="experiment.seed is missing; data.n_unique_b is"):
         import_run(tmp_path, tmp_path / "out")
 
 

@@ -24,70 +24,151 @@ from selector_lens.task.vocab import ALPHABET
 STEP_DIR = re.compile(r"step_(\d+)$")
 
 
-def _need(cfg: dict, *keys):
-    node = cfg
-    for key in keys:
-        if not isinstance(node, dict) or key not in node:
-            raise SelectorLensError(f"config.yaml has no {'.'.join(keys)}")
-        node = node[key]
-    return node
+_REQUIRED = object()
+
+
+class _Fields:
+    """Reads config.yaml's fields, collecting every bad one, so the error names them all."""
+
+    def __init__(self, raw):
+        self.raw, self.bad = raw if isinstance(raw, dict) else {}, []
+        if not isinstance(raw, dict):
+            self.bad.append("config.yaml is not a mapping")
+
+    def __call__(self, dotted: str, kind, default=_REQUIRED):
+        from selector_lens.fields import checked
+
+        node = self.raw
+        for key in dotted.split("."):
+            if not isinstance(node, dict) or key not in node or node[key] is None:
+                if default is _REQUIRED:
+                    self.bad.append(f"{dotted} is missing")
+                return None if default is _REQUIRED else default
+            node = node[key]
+        if isinstance(node, str) and kind in (int, float):  # YAML reads 1e-3 as a string
+            try:
+                node = float(node)
+            except ValueError:
+                pass
+        try:
+            return checked(dotted, node, kind)
+        except SelectorLensError as e:
+            self.bad.append(str(e))
+            return default if default is not _REQUIRED else None
+
+    def check(self) -> None:
+        if self.bad:
+            raise SelectorLensError(f"config.yaml: {'; '.join(self.bad)}")
 
 
 def config_from_paper(raw: dict):
-    """Our TrainConfig (parity "paper") for a synass-lens config; one clear error for what we
-    cannot reproduce."""
+    """Our TrainConfig (parity "paper") for a synass-lens config; one clear error naming every
+    field that is missing, of the wrong type, or one we cannot reproduce."""
     from selector_lens.config import ModelConfig, TrainConfig
     from selector_lens.task.selector import SelectorTask
 
-    data, model, training = _need(raw, "data"), _need(raw, "model"), _need(raw, "training")
-    if data.get("vocab_chars", ALPHABET) != ALPHABET:
-        raise SelectorLensError(
-            f"config.yaml data.vocab_chars must be {ALPHABET!r} to be regenerated"
-        )
-    if float(data.get("probe_fraction", 0.0)) != 0.0 or not data.get("split_by_base", False):
-        raise SelectorLensError(
+    get = _Fields(raw)
+    if get("data.vocab_chars", str, ALPHABET) != ALPHABET:
+        get.bad.append(f"data.vocab_chars must be {ALPHABET!r} to be regenerated")
+    if get("data.probe_fraction", float, 0.0) != 0.0 or not get("data.split_by_base", bool, False):
+        get.bad.append(
             "only runs with data.split_by_base true and probe_fraction 0 can be regenerated"
         )
-    schedule = str(training.get("scheduler", "constant"))
+    schedule = get("training.scheduler", str, "constant")
     if schedule not in ("constant", "cosine"):
-        raise SelectorLensError(
-            f"config.yaml training.scheduler {schedule!r} is not one parity reproduces "
-            "(constant or cosine)"
+        get.bad.append(
+            f"training.scheduler {schedule!r} is not one parity reproduces (constant or cosine)"
         )
-    seed = int(_need(raw, "experiment", "seed"))
-    task = SelectorTask(
-        k=int(_need(raw, "data", "k")),
-        n_bases=int(_need(raw, "data", "n_unique_b")),
-        b_length=int(data.get("b_length", 6)),
-        a_length=int(data.get("a_length", 4)),
-        z_length=int(data.get("z_length", 2)),
-        direction=str(data.get("task", "bz_to_a")),
-        unique_first_char=bool(data.get("enforce_unique_a_first_char_per_b", False)),
-        seed=seed,
-        parity="paper",
+    seed = get("experiment.seed", int)
+    task = dict(
+        k=get("data.k", int),
+        n_bases=get("data.n_unique_b", int),
+        b_length=get("data.b_length", int, 6),
+        a_length=get("data.a_length", int, 4),
+        z_length=get("data.z_length", int, 2),
+        direction=get("data.task", str, "bz_to_a"),
+        unique_first_char=get("data.enforce_unique_a_first_char_per_b", bool, False),
     )
-    d_model, n_heads = int(model.get("d_model", 128)), int(model.get("n_heads", 4))
-    mcfg = ModelConfig(
-        n_layers=int(model.get("n_layers", 4)),
+    d_model, n_heads = get("model.d_model", int, 128), get("model.n_heads", int, 4)
+    model = dict(
+        n_layers=get("model.n_layers", int, 4),
         n_heads=n_heads,
         d_model=d_model,
-        d_head=int(model.get("d_head") or d_model // n_heads),
-        d_mlp=int(model.get("d_mlp") or 4 * d_model),
-        act_fn=str(model.get("act_fn", "gelu")),
+        d_head=get("model.d_head", int, None) or (d_model or 0) // max(n_heads or 1, 1),
+        d_mlp=get("model.d_mlp", int, None) or 4 * (d_model or 0),
+        act_fn=get("model.act_fn", str, "gelu"),
     )
-    return TrainConfig(
-        task=task,
-        model=mcfg,
-        steps=int(training.get("max_steps", 50_000)),
-        batch_size=int(training.get("batch_size", 128)),
-        lr=float(training.get("learning_rate", 1e-3)),
-        weight_decay=float(training.get("weight_decay", 0.01)),
+    every = get("training.checkpoint_every", int, 100)
+    train = dict(
+        steps=get("training.max_steps", int, 50_000),
+        batch_size=get("training.batch_size", int, 128),
+        lr=get("training.learning_rate", float, 1e-3),
+        weight_decay=get("training.weight_decay", float, 0.01),
         schedule=schedule,
-        warmup_steps=int(training.get("warmup_steps", 0)),
-        eval_every=int(training.get("checkpoint_every", 100)),
-        ckpt_every=int(training.get("checkpoint_every", 100)),
+        warmup_steps=get("training.warmup_steps", int, 0),
+        eval_every=every,
+        ckpt_every=every,
         seed=seed,
     )
+    get.check()
+    return TrainConfig(
+        task=SelectorTask(**task, seed=seed, parity="paper"), model=ModelConfig(**model), **train
+    )
+
+
+def _check_shapes(state: dict, cfg, path: Path) -> None:
+    """The weights' shapes against the config's model, before a model is built from it (a
+    config that says d_model 1e7 beside small weights is named, not allocated)."""
+    m = cfg.model
+    want = {
+        "embed.W_E": (None, m.d_model),
+        "blocks.0.attn.W_Q": (m.n_heads, m.d_model, m.d_head),
+        "blocks.0.mlp.W_in": (m.d_model, m.d_mlp),
+    }
+    for name, shape in want.items():
+        got = tuple(state[name].shape) if name in state else None
+        if (
+            got is None
+            or len(got) != len(shape)
+            or any(s is not None and g != s for g, s in zip(got, shape))
+        ):
+            raise SelectorLensError(
+                f"{path} does not fit config.yaml's model: {name} is {got}, the config says {shape}"
+            )
+    layers = {int(k.split(".")[1]) for k in state if k.startswith("blocks.")}
+    if len(layers) != m.n_layers:
+        raise SelectorLensError(
+            f"{path} has {len(layers)} blocks, config.yaml's model.n_layers says {m.n_layers}"
+        )
+
+
+def _read_history(path: Path) -> tuple[str, dict]:
+    """The code's training_history.json: its text and {step: train loss}; one clear error when
+    it is torn or not of that shape."""
+    text = path.read_text()
+    try:
+        h = json.loads(text)
+        steps, losses = h["steps"], h["train_loss"]
+        if not all(isinstance(s, int) for s in steps) or not all(
+            isinstance(v, (int, float)) for v in losses
+        ):
+            raise TypeError("steps must be integers and train_loss numbers")
+        return text, dict(zip(steps, losses))
+    except (ValueError, KeyError, TypeError) as e:
+        raise SelectorLensError(
+            f"{path} is not a training history ({type(e).__name__}: {e})"
+        ) from None
+
+
+def _read_examples(path: Path) -> list[dict]:
+    out = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except ValueError as e:
+                raise SelectorLensError(f"{path} line {i} is not JSON ({e})") from None
+    return out
 
 
 def _checkpoints(folder: Path) -> dict[int, Path]:
@@ -129,9 +210,41 @@ def read_paper_weights(path: Path) -> dict:
 
 
 def import_run(folder, out, progress: bool = False):
-    """Turn a synass-lens output folder into a selector-lens run directory at `out`."""
+    """Turn a synass-lens output folder into a selector-lens run directory at `out`: all or
+    nothing (built beside `out` and moved into place once complete)."""
+    import shutil
+
     import yaml
 
+    from selector_lens.runs import rundir
+
+    folder, out = Path(folder), Path(out)
+    t0 = time.perf_counter()
+    if not (folder / "config.yaml").is_file():
+        raise SelectorLensError(f"{folder} has no config.yaml (not a synass-lens output folder)")
+    try:
+        raw = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise SelectorLensError(f"{folder / 'config.yaml'} is not valid YAML ({e})") from None
+    cfg = config_from_paper(raw)
+    ckpts = _checkpoints(folder)
+    rundir.require_free(out)  # before the dataset is regenerated and checked
+    building = out.with_name(f".{out.name}.importing")
+    shutil.rmtree(building, ignore_errors=True)  # what a killed import left
+    try:
+        _build(folder, building, cfg, ckpts, progress, t0)
+        rundir.require_free(out)
+        if out.exists():
+            out.rmdir()
+        building.rename(out)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    from selector_lens.runs.run import Run
+
+    return Run.open(out)
+
+
+def _build(folder: Path, out: Path, cfg, ckpts: dict, progress: bool, t0: float) -> None:
     from selector_lens.model.adapter import build_model, config_hash, save_weights
     from selector_lens.model.metrics import evaluate
     from selector_lens.runs import rundir
@@ -140,21 +253,15 @@ def import_run(folder, out, progress: bool = False):
     from selector_lens.task.order import BatchOrder
     from selector_lens.training.trainer import lr_at
 
-    folder, out = Path(folder), Path(out)
-    t0 = time.perf_counter()
-    if not (folder / "config.yaml").is_file():
-        raise SelectorLensError(f"{folder} has no config.yaml (not a synass-lens output folder)")
-    try:
-        raw = yaml.safe_load((folder / "config.yaml").read_text()) or {}
-    except yaml.YAMLError as e:
-        raise SelectorLensError(f"{folder / 'config.yaml'} is not valid YAML ({e})") from None
-    cfg = config_from_paper(raw)
-    ckpts = _checkpoints(folder)
-    rundir.require_free(out)  # before the dataset is regenerated and checked
+    first = read_paper_weights(ckpts[min(ckpts)])
+    _check_shapes(first, cfg, ckpts[min(ckpts)])
+    history_text, history = None, {}
+    if (folder / "training_history.json").is_file():
+        history_text, history = _read_history(folder / "training_history.json")
     data = cfg.task.generate()
     examples = folder / "examples.jsonl"
     if examples.is_file():
-        theirs = [json.loads(line) for line in examples.read_text().splitlines() if line.strip()]
+        theirs = _read_examples(examples)
         k = cfg.task.k
         ours = [
             {"b": data.bases[g], "z": data.selector(g, i), "a": data.targets[g][i]}
@@ -179,13 +286,9 @@ def import_run(folder, out, progress: bool = False):
     chash = config_hash(cfg.task, cfg.model)
     es = run.eval_set()
     rundir.update(out, eval_groups=es.groups.tolist())
-    history = {}
-    if (folder / "training_history.json").is_file():
+    if history_text is not None:
         (out / "imported").mkdir(exist_ok=True)
-        text = (folder / "training_history.json").read_text()
-        (out / "imported" / "training_history.json").write_text(text)
-        h = json.loads(text)
-        history = {s: loss for s, loss in zip(h.get("steps", []), h.get("train_loss", []))}
+        (out / "imported" / "training_history.json").write_text(history_text)
     rows = []
     order = BatchOrder(cfg.task.n_examples, cfg.batch_size, cfg.seed)  # for examples_seen only
     steps = sorted(ckpts)
@@ -216,4 +319,3 @@ def import_run(folder, out, progress: bool = False):
     rundir.finish(
         out, False, {**summarize(rows, cfg.task.log_k), "wall_time_s": time.perf_counter() - t0}
     )
-    return run

@@ -16,10 +16,10 @@ import shutil
 from pathlib import Path
 
 from selector_lens.errors import SelectorLensError
-from selector_lens.files import atomic_write
+from selector_lens.files import atomic_write, sha256_sums, write_json
 from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
-from selector_lens.runs.store import MANIFEST, STORE_DIR, checkpoint_checksum
+from selector_lens.runs.store import MANIFEST, STORE_DIR, SUMS, checkpoint_checksum
 
 LIMIT_MB = 25
 
@@ -80,6 +80,7 @@ def publish(root, dest, scale: str | None = None, output=None) -> dict:
             done.append(path.name)
         else:
             pending.append(path.name)
+    write_json(dest / SUMS, sha256_sums(dest, "runs"))  # what `reproduce --from` checks
     if scale is None:
         scale = (
             json.loads((root / "report.json").read_text())["scale"]

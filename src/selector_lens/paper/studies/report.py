@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from selector_lens.errors import SelectorLensError
+from selector_lens.files import check_sums
 from selector_lens.paper.presets import study_runs
 from selector_lens.paper.studies.alternatives import alternatives, sharing
 from selector_lens.paper.studies.base import (
@@ -20,6 +21,7 @@ from selector_lens.paper.studies.base import (
 from selector_lens.paper.studies.paper_code import parity_study
 from selector_lens.paper.studies.seeds import cascade_study, collective, geometry, marginal_first
 from selector_lens.paper.studies.sweeps import asymmetry, noise, scaling
+from selector_lens.runs.store import SUMS
 
 
 # --- the report ----------------------------------------------------------------------------------
@@ -48,6 +50,7 @@ def reproduce(
         root = Path(from_)
         if not (root / "runs").is_dir():
             raise SelectorLensError(f"{root} holds no published runs (no runs/ folder)")
+        check_sums(root, SUMS, "runs")  # a published value edited by hand is named, not read
         published = root / "report.json"
         if published.is_file() and scale is None:
             scale = json.loads(published.read_text())["scale"]
