@@ -246,7 +246,8 @@ def from_options(options: dict) -> TrainConfig:
         options["n_bases"] = max(1, round(d / k))
     unknown = set(options) - set(OPTIONS)
     if unknown:
-        raise SelectorLensError(f"unknown option(s): {', '.join(sorted(map(str, unknown)))}")
+        names = sorted(str(k) if str(k).isidentifier() else repr(k) for k in unknown)
+        raise SelectorLensError(f"unknown option(s): {', '.join(names)}")
     parts: dict = {"task": {}, "model": {}, "train": {}}
     for name, value in options.items():
         o = OPTIONS[name]

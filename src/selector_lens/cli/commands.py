@@ -945,8 +945,22 @@ def main(args: list[str] | None = None) -> None:
 
 
 def _run_guarded(typer_app, args: list[str] | None = None) -> None:
+    """Run the app with the command line's own errors in our shape too: an unknown command or
+    option, or a value of the wrong type, is one line on stderr and exit code 2."""
     try:
-        typer_app(args)
+        code = typer_app(args, standalone_mode=False)
     except SelectorLensError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except typer.TyperException as e:  # click's usage errors, as typer carries them
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            print(ctx.get_help())  # a bare command shows its help, as click does
+            sys.exit(2)
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        print(f"error: {where}{' '.join(e.format_message().split())}", file=sys.stderr)
+        sys.exit(getattr(e, "exit_code", 2))
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -49,9 +49,17 @@ def is_done(path, steps: int | None = None) -> bool:
 
 
 def require_free(path) -> None:
-    """One clear error when `path` holds something other than nothing (a run goes nowhere else)."""
+    """One clear error when `path` holds something other than nothing (a run goes nowhere else).
+    What a creation killed before its run.json left (the lock, data.json, an empty ckpt/)
+    counts as nothing: `create` writes run.json last."""
     path = Path(path)
-    if path.exists() and any(p.name != LOCK for p in path.iterdir()):
+
+    def ours(p: Path) -> bool:
+        if p.name == CKPT_DIR and p.is_dir():
+            return not any(p.iterdir())
+        return p.name in (LOCK, DATA_JSON, f".{DATA_JSON}.tmp")
+
+    if path.exists() and not all(ours(p) for p in path.iterdir()):
         raise SelectorLensError(f"{path} exists and is not a run directory; choose another --out")
 
 

@@ -23,7 +23,7 @@ import math
 import os
 import sys
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from selector_lens.config import coerce, from_options
@@ -35,6 +35,11 @@ EXECUTORS = ("local", "ray", "batched")
 SWEEP_LOCK = ".sweep.lock"  # held (flock) by the process running a sweep directory
 MAX_SPEC_CHARS = 65_536  # a spec is a few lines; anything larger is a mistake or an attack
 MAX_POINTS = 10_000
+
+
+def _name(key) -> str:
+    """An option name as a message shows it: quoted unless it is a plain identifier."""
+    return str(key) if str(key).isidentifier() else repr(key)
 
 
 def _safe_yaml(text: str, what: str):
@@ -85,6 +90,12 @@ class SweepSpec:
         grid = {k: (v if isinstance(v, list) else [v]) for k, v in grid.items()}
         if any(len(v) == 0 for v in grid.values()):
             raise SelectorLensError("every grid option needs at least one value")
+        empty = [_name(k) for k, v in base.items() if v is None]
+        empty += [_name(k) for k, vs in grid.items() if any(v is None for v in vs)]
+        if empty:  # a null would silently mean the default
+            raise SelectorLensError(
+                f"sweep spec: {', '.join(empty)} has an empty value (null); give one or leave it out"
+            )
         return cls(dict(base), grid)
 
     def with_grid(self, pairs: list[str]) -> SweepSpec:
@@ -95,7 +106,7 @@ class SweepSpec:
             if not sep or not key or not values:
                 raise SelectorLensError(f"--grid takes key=v1,v2,..., got {pair!r}")
             grid[key.strip()] = [_safe_yaml(v, f"--grid {key}") for v in values.split(",")]
-        return replace(self, grid=grid)
+        return SweepSpec.from_dict({"base": self.base, "grid": grid})
 
     def points(self) -> list[dict]:
         """The grid's points (base options updated by each combination), validated."""
