@@ -7,11 +7,13 @@ from pathlib import Path
 import pytest
 
 import selector_lens as sl
+from selector_lens.files import sha256_sums, write_json
 from selector_lens.paper import studies, verdicts
 from selector_lens.paper.presets import pool, study_runs
 from selector_lens.paper.publish import publish
 from selector_lens.paper.studies import reproduce
 from selector_lens.paper.studies.base import _fmt
+from selector_lens.runs.store import SUMS
 from tests.helpers import cli
 
 VERDICTS = {"reproduced", "partly", "not reproduced", "no result"}
@@ -142,6 +144,9 @@ def test_the_report_rebuilds_from_published_files_alone(report, tmp_path):
     # its sub-claims are about that run
     top = list(study_runs("tiny")["noise/lr"])[-1]
     shutil.rmtree(pub / "runs" / top)
+    with pytest.raises(sl.SelectorLensError, match=f"missing: runs/{top}/"):
+        reproduce(None, output=tmp_path / "x.html", from_=pub)  # a run taken away is named
+    write_json(pub / SUMS, sha256_sums(pub, "runs"))  # as if published without it
     out = cli("reproduce", "--from", str(pub), "--only", "noise", "--json")
     assert out.returncode == 0, out.stderr
     (four,) = [c for c in json.loads(out.stdout)["claims"] if c["number"] == 4]
