@@ -272,16 +272,16 @@ def training_set_ablation(
     tokens and EOS), of the first-target loss, and of the first-target loss restricted to the
     base's K first characters (`d_cand`). Runs the HookedTransformer itself (`run_with_hooks`).
     Kept in the run's analysis store."""
-    from selector_lens.runs.store import per_step
+    from selector_lens.runs.store import per_checkpoint
 
     params = {"n_examples": n_examples, "seed": seed, "mode": "mean"}
-    return per_step(
+    return per_checkpoint(
         run,
         "training_ablation",
         TRAINING_ABLATION_VERSION,
         params,
         steps,
-        lambda todo: _training_ablation(run, todo, n_examples, seed),
+        lambda: _training_ablation_rows(run, n_examples, seed),
         recompute,
     )
 
@@ -301,10 +301,8 @@ def _training_losses(logits, tokens, task, first_chars) -> dict:
     }
 
 
-@torch.inference_mode()
-def _training_ablation(run, steps, n_examples, seed):
-    import pandas as pd
-
+def _training_ablation_rows(run, n_examples, seed):
+    """The paper's per-head measure at one checkpoint, on its seeded training examples."""
     task, data = run.config.task, run.task_data
     idx = torch.randperm(task.n_examples, generator=torch.Generator().manual_seed(seed))[
         :n_examples
@@ -312,12 +310,14 @@ def _training_ablation(run, steps, n_examples, seed):
     tokens = data.tokens[idx]
     rows_idx = torch.arange(len(tokens))
     first_chars = data.candidates[data.group[idx], :, 0]  # [N, K] the base's K first target tokens
-    rows = []
-    for step, model in run.series(steps):
+
+    @torch.inference_mode()
+    def rows_at(step, model):
         logits, cache = model.run_with_cache(
             tokens, names_filter=lambda n: n.endswith("attn.hook_z")
         )
         clean = _training_losses(logits, tokens, task, first_chars)
+        rows = []
         for layer in range(model.cfg.n_layers):
             mean = cache[f"blocks.{layer}.attn.hook_z"].mean(0)  # [pos, head, d_head]
             for head in range(model.cfg.n_heads):
@@ -330,7 +330,6 @@ def _training_ablation(run, steps, n_examples, seed):
                 )
                 rows.append(
                     {
-                        "step": step,
                         "layer": layer,
                         "head": head,
                         "label": head_label(layer, head),
@@ -338,4 +337,6 @@ def _training_ablation(run, steps, n_examples, seed):
                         **{f"d_{k}": ablated[k] - clean[k] for k in clean},
                     }
                 )
-    return pd.DataFrame(rows)
+        return rows
+
+    return rows_at

@@ -91,23 +91,19 @@ def example_patterns(run, steps, example: int = 0, recompute: bool = False) -> d
     """{step: [layer, head, query, key] attention pattern of one example} at each step (the
     dashboard's attention explorer), kept in the run's analysis store."""
     import numpy as np
-    import pandas as pd
 
-    from selector_lens.runs.store import per_step
+    from selector_lens.runs.store import per_checkpoint
 
     n = run.config.task.n_examples
     if not 0 <= example < n:
         raise SelectorLensError(f"example {example} out of range: the run has examples 0..{n - 1}")
 
-    def compute(todo):
+    def make_rows():
         tokens = run.task_data.tokens[example : example + 1]
-        rows = [
-            {"step": s, "pattern": attention_patterns(m, tokens).tolist()}
-            for s, m in run.series(todo)
-        ]
-        return pd.DataFrame(rows)
+        return lambda step, model: [{"pattern": attention_patterns(model, tokens).tolist()}]
 
-    table = per_step(
-        run, "attention_explorer", EXPLORER_VERSION, {"example": example}, steps, compute, recompute
+    params = {"example": example}
+    table = per_checkpoint(
+        run, "attention_explorer", EXPLORER_VERSION, params, steps, make_rows, recompute
     )
     return {int(r.step): np.asarray(r.pattern) for r in table.itertuples()}

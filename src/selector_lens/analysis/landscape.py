@@ -227,20 +227,18 @@ def landscape(
 ):
     """`measure` at each selected checkpoint of a run (default: the phases); one row per step,
     kept in the run's analysis store (`recompute=True` bypasses it)."""
-    import pandas as pd
-
-    from selector_lens.runs.store import per_step
+    from selector_lens.runs.store import per_checkpoint
 
     if steps is None:
         steps = sorted(set(run.phases().values()))
     if sample < 1:
         raise SelectorLensError(f"the landscape sample size must be >= 1, got {sample}")
+    cfg = run.config
 
-    def compute(todo):
-        cfg = run.config
+    def make_rows():
         tokens = run.task_data.tokens
-        rows = []
-        for step, model in run.series(list(todo)):
+
+        def rows_at(step, model):
             with torch.enable_grad():
                 row = measure(
                     model,
@@ -251,8 +249,11 @@ def landscape(
                     batch_size=cfg.batch_size,
                     **kw,
                 )
-            rows.append({"step": step, **row})
-        return pd.DataFrame(rows)
+            return [row]
 
-    params = {"sample": min(sample, run.config.task.n_examples), "seed": seed, **kw}
-    return per_step(run, "landscape", LANDSCAPE_VERSION, params, list(steps), compute, recompute)
+        return rows_at
+
+    params = {"sample": min(sample, cfg.task.n_examples), "seed": seed, **kw}
+    return per_checkpoint(
+        run, "landscape", LANDSCAPE_VERSION, params, list(steps), make_rows, recompute
+    )

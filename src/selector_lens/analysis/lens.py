@@ -69,7 +69,7 @@ def logit_lens(run, steps=None, recompute: bool = False):
     """Rows {step, layer, p_correct, top1, entropy, candidate_loss}, per step in layer order
     (layer 0 = the embedding, layer l = after block l - 1), on the run's evaluation set. Kept in
     the run's analysis store (`recompute=True` bypasses it)."""
-    from selector_lens.runs.store import per_step
+    from selector_lens.runs.store import per_checkpoint
 
     task = run.config.task
     if not task.has_candidates:
@@ -77,28 +77,20 @@ def logit_lens(run, steps=None, recompute: bool = False):
             f"{run.path} is a {task.direction} run: the logit lens reads the a1 prediction"
         )
     params = {"eval_set": "the run's recorded groups"}
-    return per_step(
-        run,
-        "logit_lens",
-        LENS_VERSION,
-        params,
-        steps,
-        lambda todo: _lens_table(run, todo),
-        recompute,
+    return per_checkpoint(
+        run, "logit_lens", LENS_VERSION, params, steps, lambda: _lens_rows(run), recompute
     )
 
 
-@torch.inference_mode()
-def _lens_table(run, steps):
-    import pandas as pd
-
-    task = run.config.task
+def _lens_rows(run):
+    """The lens at one checkpoint, on the run's evaluation set."""
+    pos = run.config.task.first_target_pos
     es = run.eval_set()
-    pos = task.first_target_pos
-    correct = es.tokens[:, pos + 1]
-    firsts = es.candidates[:, :, 0]
-    rows = []
-    for step, model in run.series(steps):
+    correct, firsts = es.tokens[:, pos + 1], es.candidates[:, :, 0]
+
+    @torch.inference_mode()
+    def rows_at(step, model):
         logits = model.unembed(model.ln_final(a1_resid_stack(model, es.tokens, pos)))
-        rows += [{"step": step, **r} for r in lens_metrics(logits, correct, firsts)]
-    return pd.DataFrame(rows)
+        return lens_metrics(logits, correct, firsts)
+
+    return rows_at

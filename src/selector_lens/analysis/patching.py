@@ -250,39 +250,37 @@ def patch_series(
     """`patch` with the z corruption and normalised logit difference at each checkpoint: a tidy
     DataFrame step x layer x pos (x head), with the clean and corrupt logit differences. Kept in
     the run's analysis store (`recompute=True` bypasses it)."""
-    from selector_lens.runs.store import per_step
+    from selector_lens.runs.store import per_checkpoint
 
     if site not in SITES:
         raise SelectorLensError(f"unknown site {site!r}; choose one of {', '.join(SITES)}")
     z_corruption(run.task_data, [0])  # one clear error for a run without a z to corrupt
     params = {"site": site, "n_examples": n_examples, "seed": seed}
-    return per_step(
+    return per_checkpoint(
         run,
         "patching",
         PATCHING_VERSION,
         params,
         steps,
-        lambda todo: _patch_table(run, site, todo, n_examples, seed),
+        lambda: _patch_rows(run, site, n_examples, seed),
         recompute,
     )
 
 
-def _patch_table(run, site, steps, n_examples, seed):
+def _patch_rows(run, site, n_examples, seed):
     """Only the positions from z to the a1-predicting one are patched: before z the clean and
     corrupted runs are the same (causal attention, same tokens), and after the read position
     nothing reaches its logits, so patching there leaves the corrupted run as it is: exactly 0
     on the normalised scale, written without a forward pass. For the same reason the patched
     runs stop at the read position."""
-    import pandas as pd
-
     data = run.task_data
     n = min(n_examples, len(data.tokens))
     examples = np.sort(np.random.default_rng(seed).choice(len(data.tokens), n, replace=False))
     corr = z_corruption(data, examples)
     seq = corr.clean.shape[1]
     live = list(range(min(corr.z_positions), corr.pos + 1))
-    rows = []
-    for step, model in run.series(steps):
+
+    def rows_at(step, model):
         metric = normalized_logit_diff(model, corr)
         result = torch.zeros(
             (model.cfg.n_layers, seq) + ((model.cfg.n_heads,) if site == "z" else ())
@@ -291,8 +289,9 @@ def _patch_table(run, site, steps, n_examples, seed):
         result[:, live] = patch(
             model, corr.clean[:, upto], corr.corrupt[:, upto], site, metric, positions=live
         )
+        rows = []
         for idx in np.ndindex(*result.shape):
-            row = {"step": step, "site": site, "layer": idx[0], "pos": idx[1]}
+            row = {"site": site, "layer": idx[0], "pos": idx[1]}
             if site == "z":
                 row["head"] = idx[2]
             rows.append(
@@ -303,4 +302,6 @@ def _patch_table(run, site, steps, n_examples, seed):
                     "corrupt_logit_diff": metric.corrupt,
                 }
             )
-    return pd.DataFrame(rows)
+        return rows
+
+    return rows_at

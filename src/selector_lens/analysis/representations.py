@@ -33,43 +33,38 @@ def representation_stats(run, steps=None, recompute: bool = False):
     """Rows {step, layer, within, between, ratio = within / between} per step in layer order
     (layer 0 = the embedding), on the run's evaluation set (whole groups). Kept in the run's
     analysis store (`recompute=True` bypasses it)."""
-    from selector_lens.runs.store import per_step
+    from selector_lens.runs.store import per_checkpoint
 
     task = run.config.task
     if task.k < 2:
         raise SelectorLensError(f"{run.path} has K = {task.k}: no within-base variance to measure")
     params = {"position": "a1-predicting", "eval_set": "the run's recorded groups"}
-    return per_step(
+    return per_checkpoint(
         run,
         "representations",
         REPRESENTATIONS_VERSION,
         params,
         steps,
-        lambda todo: _stats_table(run, todo),
+        lambda: _stats_rows(run),
         recompute,
     )
 
 
-@torch.inference_mode()
-def _stats_table(run, steps):
-    import pandas as pd
-
+def _stats_rows(run):
+    """Within- and between-base variance per layer at one checkpoint."""
     from selector_lens.analysis.lens import a1_resid_stack
 
     task = run.config.task
     es = run.eval_set()  # group-major: example g * K + i
     pos = task.first_target_pos
-    rows = []
-    for step, model in run.series(steps):
+
+    @torch.inference_mode()
+    def rows_at(step, model):
+        rows = []
         for layer, x in enumerate(a1_resid_stack(model, es.tokens, pos)):
             within, between = variance_split(x.view(-1, task.k, x.shape[-1]))
-            rows.append(
-                {
-                    "step": step,
-                    "layer": layer,
-                    "within": within,
-                    "between": between,
-                    "ratio": within / between if between > 0 else None,
-                }
-            )
-    return pd.DataFrame(rows)
+            ratio = within / between if between > 0 else None
+            rows.append({"layer": layer, "within": within, "between": between, "ratio": ratio})
+        return rows
+
+    return rows_at

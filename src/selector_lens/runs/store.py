@@ -137,6 +137,24 @@ def per_step(
     return pd.DataFrame([row for step in steps for row in found[step]])
 
 
+def per_checkpoint(
+    run, analysis: str, version: str, params: dict, steps, make_rows, recompute: bool = False
+):
+    """`per_step` for the usual analysis, one whose rows at a step come from that checkpoint's
+    model alone: `make_rows()` prepares what every step shares (an evaluation set, examples)
+    only when something is computed, and returns `rows_at(step, model) -> [row, ...]`; each row
+    gets its `step` first."""
+
+    def compute(todo):
+        import pandas as pd
+
+        rows_at = make_rows()
+        rows = [{"step": s, **r} for s, model in run.series(todo) for r in rows_at(s, model)]
+        return pd.DataFrame(rows)
+
+    return per_step(run, analysis, version, params, steps, compute, recompute)
+
+
 def _plain(x):
     """numpy scalars -> Python numbers for JSON."""
     return x.item() if hasattr(x, "item") else str(x)
