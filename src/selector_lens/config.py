@@ -150,16 +150,13 @@ class TrainConfig:
 
     @property
     def name(self) -> str:
-        """Default run-directory name, e.g. `k10-nb1000-s42`."""
-        t = self.task
-        parts = [f"k{t.k}", f"nb{t.n_bases}"]
-        if t.direction != "bz_to_a":
-            parts.append(t.direction)
-        if t.z_length != 2:
-            parts.append(f"z{t.z_length}")
-        if t.z_groups != 1:
-            parts.append(f"g{t.z_groups}")
-        return "-".join(parts + [f"s{self.seed}"])
+        """The run's name (its default directory): `run_name` of its options."""
+        return run_name(self.options())
+
+    def options(self) -> dict:
+        """The config as flat options (`OPTIONS` names), what `from_options` reads back."""
+        sections = {"task": self.task, "model": self.model, "train": self}
+        return {n: getattr(sections[o.section], o.field) for n, o in OPTIONS.items()}
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -269,3 +266,29 @@ def coerce(options: dict) -> dict:
             except ValueError:
                 raise SelectorLensError(f"option {name} needs a number, got {value!r}") from None
     return out
+
+
+# What a run's name shows beyond K, n_bases and seed (when it differs from the default), in order.
+NAME_ORDER = (
+    "parity",
+    "direction",
+    "lr",
+    "batch_size",
+    "z_length",
+    "z_groups",
+    "schedule",
+    "early_stop_acc",
+)
+SHORT = {"batch_size": "bs", "z_length": "z", "z_groups": "g", "early_stop_acc": "acc"}
+
+
+def run_name(options: dict) -> str:
+    """The one name of a run, from its flat options: `k10-nb1000-s42`, `k20-nb1000-lr0.002-s42`,
+    `k10-nb1000-a_to_b-s43`, `k20-nb1000-bs64-s42`: K, n_bases and seed always, then what the
+    studies vary, where it differs from the default (`TrainConfig.name`, the presets' runs)."""
+    parts = [f"k{options.get('k', SelectorTask.k)}", f"nb{options['n_bases']}"]
+    for key in NAME_ORDER:
+        if key in options and options[key] != OPTIONS[key].default:
+            v = options[key]
+            parts.append(v if isinstance(v, str) else f"{SHORT.get(key, key)}{v:g}")
+    return "-".join(parts + [f"s{options.get('seed', TrainConfig.seed)}"])

@@ -136,20 +136,13 @@ def _open_run(run: Path | None):
 
 
 def _steps(run, step, phase, every) -> list[tuple[str | None, int]]:
-    """(label, step) pairs from the step options; with none: pre, mid, post and final."""
-    chosen = [o for o in (step, phase, every) if o is not None]
-    if len(chosen) > 1:
-        raise SelectorLensError("give at most one of --step, --phase, --every")
-    if chosen:
-        labels = {v: k for k, v in run.phases().items()} if phase is not None else {}
-        return [(labels.get(s), s) for s in run.select_steps(step=step, phase=phase, every=every)]
-    if run.tau() is None:
+    """`Run.labelled_steps`, saying so when a run without τ falls back to its final step."""
+    if step is None and phase is None and every is None and run.tau() is None:
         print(
             f"note: {run.path} never reaches candidate loss < 0.5 log K; reporting the final step only",
             file=sys.stderr,
         )
-        return [("final", run.steps[-1])] if run.steps else run.select_steps()
-    return list(run.phases().items())
+    return run.labelled_steps(step, phase, every)
 
 
 def _json(obj) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from selector_lens.config import run_name
 from selector_lens.errors import SelectorLensError
 
 SCALES = ("cpu", "paper", "tiny")
@@ -364,40 +365,6 @@ def canonical(options: dict) -> dict:
         k: v for k, v in options.items() if k in ALWAYS or k not in defaults or v != defaults[k]
     }
     return {"k": defaults["k"], "n_bases": defaults["n_bases"], "seed": defaults["seed"], **options}
-
-
-NAME_ORDER = (
-    "parity",
-    "direction",
-    "lr",
-    "batch_size",
-    "z_length",
-    "z_groups",
-    "schedule",
-    "early_stop_acc",
-)
-SHORT = {"batch_size": "bs", "z_length": "z", "z_groups": "g", "early_stop_acc": "acc"}
-
-
-def run_name(options: dict) -> str:
-    """`k10-nb1000-s42`, `k20-nb1000-lr0.002-s42`, `k10-nb1000-a_to_b-s43`, `k20-nb1000-bs64-s42`:
-    K, n_bases and seed always, then what the studies vary, when it differs from the default."""
-    defaults = {
-        "parity": "ours",
-        "direction": "bz_to_a",
-        "lr": 1e-3,
-        "batch_size": 128,
-        "z_length": 2,
-        "z_groups": 1,
-        "schedule": "constant",
-        "early_stop_acc": None,
-    }
-    parts = [f"k{options.get('k', 10)}", f"nb{options['n_bases']}"]
-    for key in NAME_ORDER:
-        if key in options and options[key] != defaults[key]:
-            v = options[key]
-            parts.append(v if isinstance(v, str) else f"{SHORT.get(key, key)}{v:g}")
-    return "-".join(parts + [f"s{options.get('seed', 42)}"])
 
 
 def study_runs(scale: str) -> dict[str, dict[str, dict]]:

@@ -206,6 +206,21 @@ class Run:
         out = {name: self.nearest_step(frac * t) for name, frac in PHASES.items()}
         return {**out, "final": self.steps[-1]}
 
+    def labelled_steps(self, step=None, phase=None, every=None) -> list[tuple[str | None, int]]:
+        """The checkpoints a per-phase analysis (ablation, patching, the landscape) reads, as
+        (label, step): the step options when given (at most one), else pre / mid / post / final,
+        or only the final step of a run that never transitions (`tau()` is None)."""
+        chosen = [o for o in (step, phase, every) if o is not None]
+        if len(chosen) > 1:
+            raise SelectorLensError("give at most one of --step, --phase, --every")
+        if chosen:
+            labels = {v: k for k, v in self.phases().items()} if phase is not None else {}
+            steps = self.select_steps(step=step, phase=phase, every=every)
+            return [(labels.get(s), s) for s in steps]
+        if self.tau() is None:
+            return [("final", self.steps[-1])] if self.steps else self.select_steps()
+        return list(self.phases().items())
+
     def select_steps(self, step=None, phase=None, every=None, around_tau=None) -> list[int]:
         """One selection rule: a step, a phase name, every n-th checkpoint, or those within
         `around_tau` x τ of τ; with none of them, all checkpoints."""

@@ -121,3 +121,16 @@ def test_plan_adds_up_given_costs():
     assert total / 2 <= p["train_wall_s"] <= total / 2 + max(x["wall_s"] for x in rows.values())
     assert p["total_wall_s"] == pytest.approx(p["train_wall_s"] + sum(p["analyses_s"].values()))
     assert p["cuts"] and any("K at n_bases = 1000" in c for c in p["cuts"])
+
+
+def test_a_run_has_one_name_its_config_gives():
+    """Every preset run is named `TrainConfig.name` of its options (or that name with its
+    study's suffix where another study took the name with other options)."""
+    from selector_lens.config import from_options
+
+    for scale in ("tiny", "cpu", "paper"):
+        for runs in presets.study_runs(scale).values():
+            for name, options in runs.items():
+                assert name == from_options(options).name or name.startswith(
+                    from_options(options).name + "-"
+                ), name

@@ -98,3 +98,17 @@ def test_a_copied_run_keeps_its_store_and_a_published_one_serves_it_without_weig
         published.model_at(20)
     with pytest.raises(SelectorLensError, match="published run"):
         sl.ablate_each_head(published, [0, 40], recompute=True)
+
+
+def test_labelled_steps_are_the_phases_the_options_or_the_final_step(tmp_path):
+    from tests.helpers import tiny
+
+    run = sl.train(tiny(steps=40, early_stop=False), out=tmp_path / "r")
+    assert run.labelled_steps(step=20) == [(None, 20)]
+    assert run.labelled_steps(every=2) == [(None, 0), (None, 40)]
+    with pytest.raises(SelectorLensError, match="at most one of --step, --phase, --every"):
+        run.labelled_steps(step=20, every=2)
+    if run.tau() is None:
+        assert run.labelled_steps() == [("final", 40)]
+    else:
+        assert run.labelled_steps() == list(run.phases().items())
