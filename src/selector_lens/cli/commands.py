@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from selector_lens.cli import format as fmt
 from selector_lens.config import OPTIONS, from_options
 from selector_lens.errors import SelectorLensError
 
@@ -103,27 +104,7 @@ def train(
     if json_out:
         print(json.dumps(summary))
     else:
-        _print_summary(summary)
-
-
-def _print_summary(s: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    def fmt(v, spec=".4g"):
-        return "-" if v is None else format(v, spec) if isinstance(v, float) else str(v)
-
-    table = Table(title=f"{s['run']} ({s['status']})", show_header=False)
-    table.add_row("plateau height / log K", fmt(s["plateau_over_log_k"], ".3f"))
-    table.add_row(
-        "tau (cand. loss < 0.5 log K)", fmt(s["tau"]) if s["tau"] is not None else "no transition"
-    )
-    table.add_row("final step", fmt(s["final_step"]))
-    table.add_row("final candidate loss", fmt(s["final_candidate_loss"]))
-    table.add_row("final candidate accuracy", fmt(s["final_candidate_acc"], ".3f"))
-    table.add_row("final Δz, z-deranged gap (nats)", fmt(s["final_dz"], ".3f"))
-    table.add_row("wall time (s)", fmt(s["wall_time_s"], ".1f"))
-    Console().print(table)
+        fmt.train_summary(summary)
 
 
 # --- analyses over a run's checkpoints -------------------------------------------------------
@@ -145,10 +126,6 @@ def _steps(run, step, phase, every) -> list[tuple[str | None, int]]:
     return run.labelled_steps(step, phase, every)
 
 
-def _json(obj) -> None:
-    print(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
-
-
 def _check_scale_and_executor(scale: str | None, executor: str) -> None:
     from selector_lens.paper.presets import SCALES
     from selector_lens.training.sweep import EXECUTORS
@@ -163,25 +140,11 @@ def _check_scale_and_executor(scale: str | None, executor: str) -> None:
 
 def _claims(title: str, summary: dict) -> None:
     """A report's claims as a table: number, title, verdict."""
-    _table(
+    fmt.table(
         title,
         ["#", "claim", "verdict"],
         [[c["number"], c["title"], c["verdict"]] for c in summary["claims"]],
     )
-
-
-def _table(title: str, columns: list[str], rows: list[list]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    for c in columns:
-        table.add_column(c, justify="right")
-    for r in rows:
-        table.add_row(
-            *[("-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)) for v in r]
-        )
-    Console().print(table)
 
 
 ABLATE_EPILOG = (
@@ -234,10 +197,10 @@ def ablate_head(
         for _, row in table.iterrows()
     ]
     if json_out:
-        _json(records[0] if len(records) == 1 else records)
+        fmt.json_line(records[0] if len(records) == 1 else records)
         return
     what = "kept alone" if keep_only else f"{mode}-ablated"
-    _table(
+    fmt.table(
         f"{r.path}: heads {what}",
         ["step", "phase", "head", "cand. loss", "ablated", "Δ cand.", "Δ loss", "Δz clean", "Δ Δz"],
         [
@@ -282,13 +245,13 @@ def attention(
     steps = None if step is None and every is None else r.select_steps(step=step, every=every)
     df = attention_to_z(r, steps, query)
     if json_out:
-        _json(df.to_dict(orient="records"))
+        fmt.json_line(df.to_dict(orient="records"))
         return
     wide = df.pivot_table(index=["layer", "head"], columns="step", values="attn_to_z")
     cols = list(wide.columns)
     if len(cols) > 8:  # the terminal shows 8 steps spread over the run; --json has them all
         cols = [cols[round(i * (len(cols) - 1) / 7)] for i in range(8)]
-    _table(
+    fmt.table(
         f"{r.path}: attention to z from {query} (rows: heads, columns: steps)",
         ["head", *map(str, cols)],
         [[f"L{l}H{h}", *[float(wide.loc[(l, h), c]) for c in cols]] for l, h in wide.index],
@@ -314,9 +277,9 @@ def logit_lens_cmd(
     r = _open_run(run)
     df = logit_lens(r, r.select_steps(step=step, phase=phase, every=every))
     if json_out:
-        _json(df.to_dict(orient="records"))
+        fmt.json_line(df.to_dict(orient="records"))
         return
-    _table(
+    fmt.table(
         f"{r.path}: logit lens at the a1-predicting position (layer 0 = embedding)",
         ["step", "layer", "P(correct)", "top-1", "entropy", "candidate loss"],
         [
@@ -343,9 +306,9 @@ def weights_cmd(
     r = _open_run(run)
     df = weight_trajectory(r, r.select_steps(every=every))
     if json_out:  # undefined displacement / cosine (first checkpoints) as null
-        _json(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
+        fmt.json_line(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
         return
-    _table(
+    fmt.table(
         f"{r.path}: weight trajectory (τ = {r.tau()})",
         ["step", "total norm", "displacement", "cosine"],
         [[int(x.step), x.total_norm, x.displacement, x.cosine] for x in df.itertuples()],
@@ -371,9 +334,9 @@ def representations_cmd(
     r = _open_run(run)
     df = representation_stats(r, r.select_steps(step=step, phase=phase, every=every))
     if json_out:
-        _json(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
+        fmt.json_line(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
         return
-    _table(
+    fmt.table(
         f"{r.path}: representations at the a1-predicting position (τ = {r.tau()})",
         ["step", "layer", "within", "between", "within / between"],
         [[int(x.step), int(x.layer), x.within, x.between, x.ratio] for x in df.itertuples()],
@@ -395,10 +358,10 @@ def cascade(
     r = _open_run(run)
     out = run_cascade(r, dz_threshold=dz_threshold, mode=mode)
     if json_out:
-        _json(out)
+        fmt.json_line(out)
         return
     routing = out["routing"]
-    _table(
+    fmt.table(
         f"{r.path}: internal cascade",
         ["quantity", "value"],
         [
@@ -438,14 +401,14 @@ def patch(
     steps = [s for _, s in _steps(r, step, phase, every)]
     df = patch_series(r, site, steps, n_examples=examples)
     if json_out:
-        _json(df.to_dict(orient="records"))
+        fmt.json_line(df.to_dict(orient="records"))
         return
     z0 = r.config.task.z_positions[0]  # earlier positions cannot see z (causal): always 0
     for s, part in df[df.pos >= z0].groupby("step"):
         keys = ["layer", "head"] if site == "z" else ["layer"]
         wide = part.pivot_table(index=keys, columns="pos", values="value")
         first = part.iloc[0]
-        _table(
+        fmt.table(
             f"step {s}: {site}, normalised logit difference (clean {first.clean_logit_diff:.2f}, "
             f"corrupt {first.corrupt_logit_diff:.2f}); columns: positions from z on",
             ["", *map(str, wide.columns)],
@@ -498,9 +461,9 @@ def landscape(
     label = {s: lab for lab, s in labelled}
     df.insert(1, "phase", [label.get(int(s)) for s in df.step])
     if json_out:
-        _json(df.to_dict(orient="records"))
+        fmt.json_line(df.to_dict(orient="records"))
         return
-    _table(
+    fmt.table(
         f"{r.path}: loss landscape on {sample} examples",
         ["step", "phase", "loss", "λmax", "λmin", "λmax/|λmin|", f"noise on top {top_k}", "random"],
         [
@@ -535,9 +498,11 @@ def analyze(
     r = _open_run(run)
     seconds = run_analyze(r, recompute=recompute)
     if json_out:
-        _json({"run": str(r.path), "seconds": seconds})
+        fmt.json_line({"run": str(r.path), "seconds": seconds})
         return
-    _table(f"{r.path}: stored analyses", ["table", "seconds"], [[k, v] for k, v in seconds.items()])
+    fmt.table(
+        f"{r.path}: stored analyses", ["table", "seconds"], [[k, v] for k, v in seconds.items()]
+    )
 
 
 @app.command(
@@ -641,9 +606,9 @@ def sweep(
     wall = time.perf_counter() - t
     failed = [r for r in results if r["outcome"] == "failed"]
     if json_out:
-        _json({"sweep": str(root), "wall_s": wall, "results": results})
+        fmt.json_line({"sweep": str(root), "wall_s": wall, "results": results})
     else:
-        _sweep_table(root, results, wall, executor)
+        fmt.sweep_table(root, results, wall, executor)
     if failed:
         print(
             f"sweep {root}: {len(failed)} of {len(results)} points failed "
@@ -651,17 +616,6 @@ def sweep(
             file=sys.stderr,
         )
         raise typer.Exit(1)
-
-
-def _sweep_table(root, results, wall, executor) -> None:
-    _table(
-        f"{root}: {len(results)} runs in {wall:.0f} s ({executor})",
-        ["run", "outcome", "τ / error"],
-        [
-            [Path(r["run"]).name, r["outcome"], r.get("error") or r.get("tau") or "no transition"]
-            for r in results
-        ],
-    )
 
 
 @app.command(
@@ -682,64 +636,14 @@ def fit(
     fits = scaling_fits(table)
     (Path(sweep_dir) / "fit.json").write_text(json.dumps(fits, indent=1))
     if json_out:
-        _json(
+        fmt.json_line(
             {
                 "runs": table.astype(object).where(table.notna(), None).to_dict(orient="records"),
                 "fits": fits,
             }
         )
         return
-    _table(
-        f"{sweep_dir}: runs",
-        ["run", "K", "D", "lr", "batch", "τ", "τ (examples)", "plateau / log K"],
-        [
-            [
-                Path(r.run).name,
-                r.k,
-                r.D,
-                r.lr,
-                r.batch_size,
-                r.tau,
-                r.tau_examples,
-                r.plateau_over_log_k,
-            ]
-            for r in table.itertuples()
-        ],
-    )
-    rows = []
-    if fits["tau_vs_D"]:
-        f = fits["tau_vs_D"]
-        rows.append(
-            [
-                "τ vs D",
-                f"{f['alpha']:.3f} [{f['alpha_ci'][0]:.3f}, {f['alpha_ci'][1]:.3f}]",
-                f"{f['r2']:.3f}",
-                f["n"],
-            ]
-        )
-    for d, f in fits["tau_vs_K"].items():
-        rows.append(
-            [
-                f"τ vs K at D={d}",
-                f"{f['alpha']:.3f} [{f['alpha_ci'][0]:.3f}, {f['alpha_ci'][1]:.3f}]",
-                f"{f['r2']:.3f}",
-                f["n"],
-            ]
-        )
-    if fits["k_beyond_D"] is not None:
-        rows.append(
-            [
-                "K effect beyond D (residual slope)",
-                f"{fits['k_beyond_D']:.3f}",
-                "-",
-                fits["n_transitioned"],
-            ]
-        )
-    _table(
-        "power-law fits (95% bootstrap CI); paper: α_D = 1.19 [1.14, 1.31], α_K ≈ 0",
-        ["fit", "exponent", "R²", "points"],
-        rows,
-    )
+    fmt.fit_tables(sweep_dir, table, fits)
 
 
 @app.command(
@@ -795,7 +699,7 @@ def reproduce(
 
         p = make_plan(scale or "cpu", workers)
         if json_out:
-            _json(p)
+            fmt.json_line(p)
         else:
             print(format_plan(p))
         return
@@ -814,7 +718,7 @@ def reproduce(
             only=only.split(",") if only else None,
         )
     if json_out:
-        _json(summary)
+        fmt.json_line(summary)
         return
     _claims(
         f"reproduce --scale {summary['scale']}: {summary['wall_s'] / 60:.1f} min; report {output}",
@@ -871,9 +775,9 @@ def import_cmd(
         "import_s": time.perf_counter() - t,
     }
     if json_out:
-        _json(summary)
+        fmt.json_line(summary)
     else:
-        _print_summary({**summary, "status": "imported"})
+        fmt.train_summary({**summary, "status": "imported"})
 
 
 @app.command(
@@ -892,7 +796,7 @@ def publish(
 
     summary = run_publish(root, out, scale)
     if json_out:
-        _json(summary)
+        fmt.json_line(summary)
         return
     print(
         f"published {len(summary['published'])} runs ({len(summary['still_running'])} still running) into {out}: "
@@ -917,7 +821,7 @@ def prune(
     r = _open_run(run)
     plan = r.prune((window_start, window_end), thin_every, dry_run=not yes)
     if json_out:
-        _json(plan)
+        fmt.json_line(plan)
         return
     verb = "deleted" if yes else "would delete (pass --yes)"
     print(
