@@ -368,3 +368,29 @@ def test_sweep_and_fit_commands(tmp_path):
     assert bad.returncode == 2 and "k must be >= 1" in bad.stderr
     none = cli("fit", str(tmp_path / "empty"))
     assert none.returncode == 2 and "no run found" in none.stderr
+
+
+def test_resume_reads_the_runs_options_and_takes_only_those_given(tmp_path):
+    args = ["--k", "3", "--n-bases", "12", "--n-layers", "1", "--d-model", "32", "--d-head", "16"]
+    args += ["--d-mlp", "64", "--batch-size", "16", "--steps", "20", "--eval-every", "10"]
+    assert cli("train", *args, "--out", tmp_path / "r", "--json").returncode == 0
+    out = cli("train", "--out", tmp_path / "r", "--resume", "--steps", "40", "--json")
+    assert out.returncode == 0, out.stderr
+    run = sl.Run.open(tmp_path / "r")
+    assert (run.config.steps, run.config.model.n_layers, run.config.task.k) == (40, 1, 3)
+    assert [r["step"] for r in run.metric_rows()] == [0, 10, 20, 30, 40]
+
+
+def test_training_without_a_terminal_prints_plain_progress_lines(tmp_path):
+    args = ["--k", "3", "--n-bases", "12", "--n-layers", "1", "--d-model", "32", "--d-head", "16"]
+    out = cli_process(
+        "train", *args, "--d-mlp", "64", "--batch-size", "16", "--steps", "40", "--out", tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    lines = [x for x in out.stderr.splitlines() if x.startswith("train: step")]
+    assert lines[-1].startswith("train: step 40/40  loss ") and len(lines) >= 4
+
+
+def test_version():
+    out = cli_process("--version")
+    assert (out.returncode, out.stdout) == (0, f"selector-lens {sl.__version__}\n")

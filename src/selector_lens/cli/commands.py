@@ -26,8 +26,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool | None) -> None:
+    if value:
+        from selector_lens import __version__
+
+        print(f"selector-lens {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool | None = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
     """Watch a transformer go from the marginal P(A|B) to the conditional P(A|B,z)."""
 
 
@@ -86,9 +98,17 @@ def train(
     from selector_lens.training.trainer import train as run_training
 
     t0 = time.perf_counter()
-    run = run_training(
-        from_options(options), out=out, resume=resume, progress=not json_out, restart=restart
-    )
+    cfg = from_options(_resumed_options(out, options) if resume else options)
+    try:
+        run = run_training(cfg, out=out, resume=resume, progress=not json_out, restart=restart)
+    except KeyboardInterrupt:
+        where = out or Path("checkpoints") / cfg.name
+        print(
+            f"interrupted: {where} keeps its last checkpoint; continue it with "
+            f"`selector-lens train --out {where} --resume`",
+            file=sys.stderr,
+        )
+        raise typer.Exit(130) from None
     info = run.info
     summary = {
         "run": str(run.path),
@@ -105,6 +125,19 @@ def train(
         print(json.dumps(summary))
     else:
         fmt.train_summary(summary)
+
+
+def _resumed_options(out: Path | None, options: dict) -> dict:
+    """A resumed run's options: its run.json's, with those set on this command line to other
+    than their defaults on top (`--steps 12000` raises the budget; nothing given continues the
+    run as it was)."""
+    from selector_lens.runs import rundir
+    from selector_lens.runs.run import Run
+
+    if out is None or not rundir.is_run(out):
+        return options
+    given = {n: v for n, v in options.items() if v != OPTIONS[n].default}
+    return {**Run.open(out).config.options(), **given}
 
 
 # --- analyses over a run's checkpoints -------------------------------------------------------

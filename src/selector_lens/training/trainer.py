@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -417,6 +418,10 @@ class _Progress:
         self.p.start()
         self.loss, self.cand = float("nan"), "-"
         self.t = self.p.add_task("train", total=cfg.steps, completed=start, info="")
+        # where no bar can draw (a pipe, nohup, CI): a plain line at every 5% of the steps
+        self.lines = not self.p.console.is_terminal
+        self.total, self.every = cfg.steps, max(1, cfg.steps // 20)
+        self.next_line = (start // self.every + 1) * self.every
 
     def advance(self, step: int, loss: float):
         self.loss = loss
@@ -428,7 +433,12 @@ class _Progress:
         self._show(step)
 
     def _show(self, step: int):
-        self.p.update(self.t, completed=step, info=f"loss {self.loss:.3f}  cand {self.cand}")
+        loss = "-" if math.isnan(self.loss) else f"{self.loss:.3f}"
+        info = f"loss {loss}  cand {self.cand}"
+        self.p.update(self.t, completed=step, info=info)
+        if self.lines and step >= self.next_line:
+            print(f"train: step {step}/{self.total}  {info}", file=sys.stderr, flush=True)
+            self.next_line = (step // self.every + 1) * self.every
 
     def close(self):
         self.p.stop()
