@@ -297,6 +297,17 @@ def test_landscape_json_and_bad_sample(tiny_run):
     assert rec["step"] == 60 and rec["sample"] == 16 and rec["top_k"] == 2 and rec["lambda_max"] > 0
     bad = cli("landscape", "--run", str(tiny_run), "--step", "60", "--sample", "0")
     assert bad.returncode == 2 and "sample size must be >= 1" in bad.stderr
+    args = ["landscape", "--run", str(tiny_run), "--step", "60", "--sample", "16"]
+    paper = cli(*args, "--estimator", "shifted-power", "--json")
+    assert paper.returncode == 0, paper.stderr
+    (rec,) = json.loads(paper.stdout)
+    assert rec["estimator"] == "shifted-power" and rec["iters_min"] == len(
+        rec["lambda_min_by_iter"]
+    )
+    assert rec["lambda_min"] == rec["lambda_min_by_iter"][-1] and rec["hvps"] >= 12
+    assert cli(*args, "--estimator", "shifted-power").returncode == 0  # its own table
+    wrong = cli(*args, "--estimator", "arnoldi")
+    assert wrong.returncode == 2 and "unknown estimator 'arnoldi'" in wrong.stderr
 
 
 def test_empty_and_missing_runs(tmp_path):

@@ -37,6 +37,7 @@ def target_loss(model, tokens: torch.Tensor, first: int) -> torch.Tensor:
     )
 
 
+ESTIMATORS = ("lanczos", "shifted-power")  # ours (the default), the paper code's
 CHUNK = 2048  # examples per double-backward graph: all 10,000 of the paper's K = 10 at once need > 23 GB
 
 
@@ -106,6 +107,57 @@ def power_iteration(
     return lam + shift, v
 
 
+def paper_power_max(curv: Curvature, iters: int = 50, seed: int = 0) -> tuple[float, int]:
+    """The paper code's λmax (`scripts/posthoc_hessian_eigenvalue.py`): power iteration
+    recording v·Hv of the current vector, stopped once consecutive vectors align (|cos| >
+    0.9999) after iteration 10. Returns λmax and the products it took."""
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(curv.n, generator=g)
+    v /= v.norm()
+    lam = 0.0
+    for i in range(iters):
+        hv = curv.hvp(v)
+        lam = float(v @ hv)
+        norm = hv.norm()
+        if norm < 1e-12:
+            break
+        new = hv / norm
+        aligned = abs(float(v @ new)) > 0.9999
+        v = new
+        if aligned and i > 10:
+            break
+    return lam, i + 1
+
+
+def shifted_power(
+    curv: Curvature, lam_max: float, iters: int = 50, seed: int = 1, stop: bool = True
+) -> tuple[float, int, list[float]]:
+    """The paper code's λmin: power iteration on H - σI with σ = λmax + 1, λmin = v·(H - σI)v
+    + σ, stopped (with `stop`) once consecutive vectors align (|cos| > 0.9999) after iteration
+    10. On the plateau's spectrum (a few large eigenvalues, a bulk near 0) H - σI is nearly
+    -σ I, so consecutive vectors are aligned (up to sign) from the start: the stop fires at its
+    first chance and λmin is the Rayleigh quotient of a nearly random vector, near the spectrum's
+    mean (tests/unit/analysis/test_landscape.py). Returns λmin, the products it took, and the
+    estimate after each of them."""
+    sigma = lam_max + 1.0
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(curv.n, generator=g)
+    v /= v.norm()
+    by_iter = []
+    for i in range(iters):
+        shifted = curv.hvp(v) - sigma * v
+        by_iter.append(float(v @ shifted) + sigma)
+        norm = shifted.norm()
+        if norm < 1e-12:
+            break
+        new = shifted / norm
+        aligned = abs(float(v @ new)) > 0.9999
+        v = new
+        if stop and aligned and i > 10:
+            break
+    return by_iter[-1], len(by_iter), by_iter
+
+
 def lanczos(curv: Curvature, iters: int = 30, seed: int = 0):
     """Ritz values (ascending) and vectors [k, n] of H from `iters` Lanczos steps with full
     reorthogonalisation: the extreme ones converge first, both ends at once. Also the k x k
@@ -173,17 +225,41 @@ def measure(
     top_k: int = 5,
     noise_batches: int = 8,
     batch_size: int = 128,
+    estimator: str = "lanczos",
 ) -> dict:
     """Curvature at one point: λmax (the larger of power iteration's and Lanczos's estimates, both
     lower bounds), λmin (Lanczos, an upper bound: the true one is at most this), their ratio,
     and the gradient-noise share along the top `top_k` eigen-directions (minibatches of
-    `batch_size` drawn, seeded, from the same subsample)."""
+    `batch_size` drawn, seeded, from the same subsample). `estimator="shifted-power"`: the
+    paper code's λmax and λmin instead (`paper_power_max`, `shifted_power`), with their
+    iteration counts and λmin after each product; no noise share."""
+    if estimator not in ESTIMATORS:
+        raise SelectorLensError(
+            f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}"
+        )
     idx = subsample(len(tokens), sample, seed)
     x = tokens[idx]
     parts = [  # the mean loss over x, as weighted means over chunks of it
         (len(c) / len(x), lambda c=c: target_loss(model, c, first)) for c in x.split(CHUNK)
     ]
     curv = Curvature(model.parameters(), parts)
+    if estimator == "shifted-power":
+        lam_max, iters_max = paper_power_max(curv, seed=seed)
+        lam_min, iters_min, by_iter = shifted_power(curv, lam_max, seed=seed + 1)
+        loss, mean = curv.value_and_gradient()
+        return {
+            "sample": len(x),
+            "estimator": estimator,
+            "lambda_max": lam_max,
+            "lambda_min": lam_min,
+            "ratio": lam_max / abs(lam_min) if lam_min != 0 else math.inf,
+            "loss": loss,
+            "grad_norm": float(mean.norm()),
+            "iters_max": iters_max,
+            "iters_min": iters_min,
+            "hvps": curv.calls,
+            "lambda_min_by_iter": by_iter,
+        }
     lam_power, _ = power_iteration(curv, power_iters, seed)
     vals, vecs, T = lanczos(curv, lanczos_iters, seed + 1)
     low, high = ritz_extremes(T)

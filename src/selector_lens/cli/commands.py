@@ -474,6 +474,11 @@ def landscape(
         8, help="Minibatches (of the run's batch size) for the noise share."
     ),
     seed: int = typer.Option(0),
+    estimator: str = typer.Option(
+        "lanczos",
+        help="lanczos (ours: λmin converged) | shifted-power (the paper code's: power iteration "
+        "on H - σI with its stopping rule, which fires before it converges on the plateau).",
+    ),
     json_out: JsonOpt = False,
 ):
     """Hessian λmax / λmin and the gradient-noise share along the top curvature directions."""
@@ -481,6 +486,7 @@ def landscape(
 
     r = _open_run(run)
     labelled = _steps(r, step, phase, every)
+    paper = {} if estimator == "lanczos" else {"estimator": estimator}
     df = measure(
         r,
         [s for _, s in labelled],
@@ -490,11 +496,23 @@ def landscape(
         lanczos_iters=lanczos_iters,
         top_k=top_k,
         noise_batches=noise_batches,
+        **paper,
     )
     label = {s: lab for lab, s in labelled}
     df.insert(1, "phase", [label.get(int(s)) for s in df.step])
     if json_out:
         fmt.json_line(df.to_dict(orient="records"))
+        return
+    if paper:
+        fmt.table(
+            f"{r.path}: loss landscape on {sample} examples, the paper code's estimator",
+            ["step", "phase", "loss", "λmax", "λmin", "λmax/|λmin|", "products λmax", "λmin"],
+            [
+                [int(x.step), x.phase, x.loss, x.lambda_max, x.lambda_min, x.ratio]
+                + [int(x.iters_max), int(x.iters_min)]
+                for x in df.itertuples()
+            ],
+        )
         return
     fmt.table(
         f"{r.path}: loss landscape on {sample} examples",

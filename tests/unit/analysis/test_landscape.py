@@ -125,3 +125,36 @@ def test_landscape_of_a_run_reports_its_sample_and_geometry(tmp_path):
         ls.landscape(run, steps=[0], sample=0)
     with pytest.raises(sl.SelectorLensError, match="no checkpoint"):
         ls.landscape(run, steps=[7])
+
+
+class Diagonal(ls.Curvature):
+    """A 'Hessian' with a known spectrum: H = diag(d), through the Curvature interface."""
+
+    def __init__(self, d):
+        self.d, self.n, self.calls = d, len(d), 0
+
+    def hvp(self, v):
+        self.calls += 1
+        return self.d.to(v.dtype) * v
+
+
+def test_the_papers_shifted_power_stops_at_once_with_a_wrong_lambda_min_and_lanczos_does_not():
+    """The paper code's λmin: power iteration on H - σI, σ = λmax + 1. On a spectrum like the
+    plateau's (one large, one negative, the rest near 0), H - σI ≈ -σ I, so consecutive vectors
+    are already aligned (|cos| > 0.9999) and its stop fires at its first chance (i = 11, the
+    12th product): λmin is then the Rayleigh quotient of a nearly random vector, near the
+    spectrum's mean, and the ratio λmax / |λmin| comes out in the hundreds or more."""
+    g = torch.Generator().manual_seed(0)
+    d = (torch.rand(4000, generator=g) - 0.5) * 0.02  # the bulk, in [-0.01, 0.01]
+    d[0], d[1] = 5.0, -1.0
+    lam_max, iters_max = ls.paper_power_max(Diagonal(d), seed=0)
+    assert lam_max == pytest.approx(5.0, rel=1e-3)
+    lam_min, iters, by_iter = ls.shifted_power(Diagonal(d), lam_max, seed=1)
+    assert iters == 12 and len(by_iter) == 12
+    assert abs(lam_min - float(d.mean())) < 0.01  # a random vector's Rayleigh quotient
+    assert lam_max / abs(lam_min) > 100  # the artefact: a ratio in the hundreds or more
+    vals, _, _ = ls.lanczos(Diagonal(d), iters=60, seed=1)
+    assert float(vals[0]) == pytest.approx(-1.0, abs=1e-3)  # Lanczos finds it
+    # run past its stop, the shifted iteration does move toward -1, slowly (ratio 7 / 6 a step)
+    late, n, _ = ls.shifted_power(Diagonal(d), lam_max, seed=1, iters=400, stop=False)
+    assert n == 400 and late < -0.9
