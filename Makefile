@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/selector-lens train $(DEMO) --out checkpoints/demo --resume
+	$(VENV)/bin/selector-lens dashboard --run checkpoints/demo -o checkpoints/demo/dashboard.html
+	@echo "open checkpoints/demo/dashboard.html: the loss sits at log K, then drops once z is used"
 
 test: $(STAMP)
 	$(PY) -m ruff format --check src tests benchmarks analyses tools
