@@ -707,7 +707,7 @@ def reproduce(
     scale: str | None = typer.Option(
         None,
         help="cpu (CPU-sized, 1/10 of the paper's D) | paper "
-        "(the paper's settings; --plan prices both on this machine) | tiny. Default cpu (with --from: "
+        "(the paper's settings; --plan measures and prices either where it runs) | tiny. Default cpu (with --from: "
         "the published one).",
     ),
     output: Path = typer.Option(

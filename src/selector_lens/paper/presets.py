@@ -156,7 +156,7 @@ PRESETS = {
             "grid": {"direction": ["bz_to_a", "a_to_b", "az_to_b"], "seed": [1]},
         },
     },
-    # the K = 10 baseline again with the paper code's dataset, init and batch order (parity.py);
+    # the K = 10 baseline again with the paper code's dataset, init and batch order (task/paper.py);
     # no early stop, so its checkpoints reach the steps the paper's ablation table reports (3,700)
     "parity": {
         "cpu": {
@@ -241,7 +241,7 @@ GEOMETRY = {
 }
 
 # --- the paper scale: every run sized from its expected waiting time --------------------------
-# τ of our K = 10, n_bases = 1000, seed-42 baseline (the paper's code on this machine: 2,100; the
+# τ of our K = 10, n_bases = 1000, seed-42 baseline (the paper's code, in the shared fixture: 2,100; the
 # paper: ~1,850), and the paper's laws: τ ∝ D^1.19, flat in K; τ x 3.6 over ~7x lr (∝ lr^0.66);
 # the highest lr never escapes; τ in examples ~constant across batch sizes; the reverse task
 # 1.7x-4.4x slower (3x assumed). An estimate for the plan and the step caps, never a result.
