@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from selector_lens.errors import SelectorLensError
-from selector_lens.fields import check_fields, checked, option
+from selector_lens.fields import check_fields, checked, label, option
 from selector_lens.task.selector import SelectorTask
 
-# What fused.forward reproduces (training and evaluation run through it; see fused.py).
+# What fused.forward reproduces (training and evaluation run through it; see model/fused.py).
 ACT_FNS = ("gelu", "gelu_new", "relu", "silu")
 NORMS = ("LN", None)
 
@@ -243,8 +243,7 @@ def from_options(options: dict) -> TrainConfig:
         options["n_bases"] = max(1, round(d / k))
     unknown = set(options) - set(OPTIONS)
     if unknown:
-        names = sorted(str(k) if str(k).isidentifier() else repr(k) for k in unknown)
-        raise SelectorLensError(f"unknown option(s): {', '.join(names)}")
+        raise SelectorLensError(f"unknown option(s): {', '.join(sorted(map(label, unknown)))}")
     parts: dict = {"task": {}, "model": {}, "train": {}}
     for name, value in options.items():
         o = OPTIONS[name]

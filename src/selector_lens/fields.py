@@ -12,6 +12,12 @@ from dataclasses import field, fields
 from selector_lens.errors import SelectorLensError
 
 
+def label(key) -> str:
+    """An option's name as a message shows it: quoted unless a plain identifier (a key read
+    from YAML may hold a newline or be a number)."""
+    return str(key) if str(key).isidentifier() else repr(key)
+
+
 def option(default, help: str, choices: tuple = ()):
     """A config field with the help (and choices) its CLI option shows (config.OPTIONS)."""
     return field(default=default, metadata={"help": help, "choices": choices})

@@ -381,9 +381,12 @@ def test_sweep_and_fit_commands(tmp_path):
     assert none.returncode == 2 and "no run found" in none.stderr
 
 
+SMALL = ["--k", "3", "--n-bases", "12", "--n-layers", "1", "--d-model", "32", "--d-head", "16"]
+SMALL += ["--d-mlp", "64", "--batch-size", "16"]  # a run of a few seconds
+
+
 def test_resume_reads_the_runs_options_and_takes_only_those_given(tmp_path):
-    args = ["--k", "3", "--n-bases", "12", "--n-layers", "1", "--d-model", "32", "--d-head", "16"]
-    args += ["--d-mlp", "64", "--batch-size", "16", "--steps", "20", "--eval-every", "10"]
+    args = [*SMALL, "--steps", "20", "--eval-every", "10"]
     assert cli("train", *args, "--out", tmp_path / "r", "--json").returncode == 0
     out = cli("train", "--out", tmp_path / "r", "--resume", "--steps", "40", "--json")
     assert out.returncode == 0, out.stderr
@@ -393,10 +396,7 @@ def test_resume_reads_the_runs_options_and_takes_only_those_given(tmp_path):
 
 
 def test_training_without_a_terminal_prints_plain_progress_lines(tmp_path):
-    args = ["--k", "3", "--n-bases", "12", "--n-layers", "1", "--d-model", "32", "--d-head", "16"]
-    out = cli_process(
-        "train", *args, "--d-mlp", "64", "--batch-size", "16", "--steps", "40", "--out", tmp_path
-    )
+    out = cli_process("train", *SMALL, "--steps", "40", "--out", tmp_path)
     assert out.returncode == 0, out.stderr
     lines = [x for x in out.stderr.splitlines() if x.startswith("train: step")]
     assert lines[-1].startswith("train: step 40/40  loss ") and len(lines) >= 4

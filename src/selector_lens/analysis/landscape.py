@@ -107,54 +107,45 @@ def power_iteration(
     return lam + shift, v
 
 
-def paper_power_max(curv: Curvature, iters: int = 50, seed: int = 0) -> tuple[float, int]:
-    """The paper code's λmax (`scripts/posthoc_hessian_eigenvalue.py`): power iteration
-    recording v·Hv of the current vector, stopped once consecutive vectors align (|cos| >
-    0.9999) after iteration 10. Returns λmax and the products it took."""
-    g = torch.Generator().manual_seed(seed)
-    v = torch.randn(curv.n, generator=g)
-    v /= v.norm()
-    lam = 0.0
-    for i in range(iters):
-        hv = curv.hvp(v)
-        lam = float(v @ hv)
-        norm = hv.norm()
-        if norm < 1e-12:
-            break
-        new = hv / norm
-        aligned = abs(float(v @ new)) > 0.9999
-        v = new
-        if aligned and i > 10:
-            break
-    return lam, i + 1
-
-
-def shifted_power(
-    curv: Curvature, lam_max: float, iters: int = 50, seed: int = 1, stop: bool = True
-) -> tuple[float, int, list[float]]:
-    """The paper code's λmin: power iteration on H - σI with σ = λmax + 1, λmin = v·(H - σI)v
-    + σ, stopped (with `stop`) once consecutive vectors align (|cos| > 0.9999) after iteration
-    10. On the plateau's spectrum (a few large eigenvalues, a bulk near 0) H - σI is nearly
-    -σ I, so consecutive vectors are aligned (up to sign) from the start: the stop fires at its
-    first chance and λmin is the Rayleigh quotient of a nearly random vector, near the spectrum's
-    mean (tests/unit/analysis/test_landscape.py). Returns λmin, the products it took, and the
-    estimate after each of them."""
-    sigma = lam_max + 1.0
+def _paper_power(curv: Curvature, shift: float, iters: int, seed: int, stop: bool):
+    """The paper code's power iteration on H - shift I: v·Hv recorded before each step, stopped
+    (with `stop`) once consecutive vectors align (|cos| > 0.9999) after iteration 10. Returns
+    the estimate after each Hessian-vector product."""
     g = torch.Generator().manual_seed(seed)
     v = torch.randn(curv.n, generator=g)
     v /= v.norm()
     by_iter = []
     for i in range(iters):
-        shifted = curv.hvp(v) - sigma * v
-        by_iter.append(float(v @ shifted) + sigma)
-        norm = shifted.norm()
+        w = curv.hvp(v) - shift * v
+        by_iter.append(float(v @ w) + shift)
+        norm = w.norm()
         if norm < 1e-12:
             break
-        new = shifted / norm
+        new = w / norm
         aligned = abs(float(v @ new)) > 0.9999
         v = new
         if stop and aligned and i > 10:
             break
+    return by_iter
+
+
+def paper_power_max(curv: Curvature, iters: int = 50, seed: int = 0) -> tuple[float, int]:
+    """The paper code's λmax (`scripts/posthoc_hessian_eigenvalue.py`): `_paper_power` on H.
+    Returns λmax and the products it took."""
+    by_iter = _paper_power(curv, 0.0, iters, seed, True)
+    return by_iter[-1], len(by_iter)
+
+
+def shifted_power(
+    curv: Curvature, lam_max: float, iters: int = 50, seed: int = 1, stop: bool = True
+) -> tuple[float, int, list[float]]:
+    """The paper code's λmin: `_paper_power` on H - σI with σ = λmax + 1. On the plateau's
+    spectrum (a few large eigenvalues, a bulk near 0) H - σI is nearly -σ I, so consecutive
+    vectors are aligned (up to sign) from the start: the stop fires at its first chance and
+    λmin is the Rayleigh quotient of a nearly random vector, near the spectrum's mean
+    (tests/unit/analysis/test_landscape.py). Returns λmin, the products it took, and the
+    estimate after each of them."""
+    by_iter = _paper_power(curv, lam_max + 1.0, iters, seed, stop)
     return by_iter[-1], len(by_iter), by_iter
 
 

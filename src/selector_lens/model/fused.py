@@ -7,7 +7,7 @@ parameters, so training through it trains that model; the checkpoints, hooks and
 stay TransformerLens's. Tests hold it to the HookedTransformer's logits to 1e-5.
 
 Several models of one shape run as one batched model: their weights are stacked on a leading
-model axis, so a sweep's runs share each GEMM (the GPU path of `trainer.train_many`).
+model axis, so a sweep's runs share each GEMM (the GPU path of `training.trainer.train_many`).
 
 Evaluation needs a key-value cache and three of TransformerLens's hook points; `forward` takes
 `past` (keys and values of earlier positions) and `fwd_hooks` on `blocks.L.hook_resid_pre`,

@@ -2,7 +2,7 @@
 
 A synass-lens output folder holds `config.yaml` and `checkpoints/step_NNNNNN/model.pt` (a
 HookedTransformer state dict, with `metadata.json`), often `training_history.json`. We map its
-config onto ours with parity "paper" (`parity.py`), regenerate the dataset and check it against
+config onto ours with parity "paper" (`task.paper`), regenerate the dataset and check it against
 the folder's `examples.jsonl` when present, read every `model.pt` with
 `torch.load(weights_only=True)` (a pickle that carries code is refused, never run) and write it as a
 checksummed safetensors checkpoint, then evaluate every checkpoint with our metrics (candidate

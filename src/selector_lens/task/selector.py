@@ -51,7 +51,7 @@ class SelectorTask:
     parity: str = option(
         "ours",
         "paper: the paper code's dataset, initial weights, batch order and lr, "
-        "string for string (parity.py).",
+        "string for string (task/paper.py).",
         PARITIES,
     )
 

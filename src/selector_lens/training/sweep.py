@@ -10,7 +10,7 @@ without stopping the others.
 Executors: `local` (a process pool; torch threads per run = cores / workers), `ray` (the same
 jobs as Ray tasks; without an address a local Ray instance, with one a cluster: the sweep
 directory must then be on storage every node sees) and `batched` (one process trains the points
-that share a model shape and batch size together, as one batched model: `trainer.train_many`;
+that share a model shape and batch size together, as one batched model: `training.trainer.train_many`;
 the way to fill one GPU with a sweep's small models, `--device cuda`).
 """
 
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from selector_lens.config import coerce, from_options
 from selector_lens.errors import SelectorLensError
+from selector_lens.fields import label
 from selector_lens.files import atomic_write_text
 from selector_lens.runs import rundir
 
@@ -35,11 +36,6 @@ EXECUTORS = ("local", "ray", "batched")
 SWEEP_LOCK = ".sweep.lock"  # held (flock) by the process running a sweep directory
 MAX_SPEC_CHARS = 65_536  # a spec is a few lines; anything larger is a mistake or an attack
 MAX_POINTS = 10_000
-
-
-def _name(key) -> str:
-    """An option name as a message shows it: quoted unless it is a plain identifier."""
-    return str(key) if str(key).isidentifier() else repr(key)
 
 
 def _safe_yaml(text: str, what: str):
@@ -90,8 +86,8 @@ class SweepSpec:
         grid = {k: (v if isinstance(v, list) else [v]) for k, v in grid.items()}
         if any(len(v) == 0 for v in grid.values()):
             raise SelectorLensError("every grid option needs at least one value")
-        empty = [_name(k) for k, v in base.items() if v is None]
-        empty += [_name(k) for k, vs in grid.items() if any(v is None for v in vs)]
+        empty = [label(k) for k, v in base.items() if v is None]
+        empty += [label(k) for k, vs in grid.items() if any(v is None for v in vs)]
         if empty:  # a null would silently mean the default
             raise SelectorLensError(
                 f"sweep spec: {', '.join(empty)} has an empty value (null); give one or leave it out"

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from selector_lens import __version__
-from selector_lens.config import RESUMABLE, TrainConfig, _flat
+from selector_lens.config import RESUMABLE, TrainConfig
 from selector_lens.errors import SelectorLensError
 from selector_lens.files import atomic_write, atomic_write_text
 from selector_lens.model import fused
@@ -38,7 +38,7 @@ def resolve_device(name: str) -> str:
 def lr_at(cfg: TrainConfig, step: int) -> float:
     """Learning rate for optimizer step `step` (1-based): linear warmup, then constant or a cosine
     to 0 at `cosine_steps` (default: `steps`). Parity "paper": the same schedule as the paper
-    code's LambdaLR computes it (`parity.schedule_factor`)."""
+    code's LambdaLR computes it (`task.paper.schedule_factor`)."""
     if cfg.task.parity == "paper":
         from selector_lens.task.paper import schedule_factor
 
@@ -133,7 +133,7 @@ def _clear_training(run: Run) -> None:
 
 def _settings(cfg: TrainConfig) -> dict:
     """The settings a state was trained under: every option but those a resume may change."""
-    return {k: v for k, v in _flat(cfg.to_dict()).items() if k not in RESUMABLE}
+    return {k: v for k, v in cfg.options().items() if k not in RESUMABLE}
 
 
 def _state_checksum(state: dict) -> str:

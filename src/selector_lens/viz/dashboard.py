@@ -54,7 +54,7 @@ def _summary_table(items) -> str:
 
 
 def draw_run(t, out, run_path) -> Path:
-    """Draw a run's dashboard from its gathered tables (`run_tables.RunTables`): drawing only, no
+    """Draw a run's dashboard from its gathered tables (`analysis.tables.RunTables`): drawing only, no
     computation, so it takes seconds once the tables are stored."""
     blocks = [_summary_table(t.summary)]
     if t.still_training:
