@@ -14,6 +14,7 @@ _EXPORTS = {
     "SelectorLensError": "errors",
     "build_model": "model.adapter",
     "train": "training.trainer",
+    "branch": "training.branch",
     "Run": "runs.run",
     "evaluate": "model.metrics",
     "make_eval_set": "task.eval_set",

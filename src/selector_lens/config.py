@@ -50,7 +50,9 @@ class ModelConfig:
 
 
 SCHEDULES = ("constant", "cosine")
-RESUMABLE = ("steps", "device")  # what a resume may change: a longer budget, another device
+# what a resume may change: a longer budget, another device, how often states are kept
+RESUMABLE = ("steps", "device", "state_every")
+STATE_EVERY = 250  # the default: ~6 states on the K = 10 baseline's plateau (τ ~ 1,500)
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -80,6 +82,12 @@ class TrainConfig:
     )
     eval_every: int = option(50, "Steps between evaluations.")
     ckpt_every: int = option(50, "Steps between weight checkpoints.")
+    state_every: int | None = option(
+        None,
+        "Keep the full training state (optimizer moments, step) every N steps, a multiple of "
+        f"ckpt_every, beside that step's weights: where `branch` can start. Default: "
+        f"{STATE_EVERY} (rounded up to a multiple of ckpt_every); 0: the last state only.",
+    )
     eval_groups: str = option(
         "auto", "Groups evaluated: auto (all up to 100, else a seeded 100), all, or a count."
     )
@@ -109,6 +117,13 @@ class TrainConfig:
                 raise SelectorLensError(
                     f"{name} must be a positive integer, got {getattr(self, name)}"
                 )
+        if self.state_every is not None and (
+            self.state_every < 0 or self.state_every % self.ckpt_every
+        ):
+            raise SelectorLensError(
+                f"state_every must be 0 or a multiple of ckpt_every ({self.ckpt_every}), got "
+                f"{self.state_every}"
+            )
         if not self.lr > 0:
             raise SelectorLensError(f"lr must be positive, got {self.lr}")
         if self.weight_decay < 0 or self.grad_clip < 0 or self.warmup_steps < 0:
@@ -147,6 +162,14 @@ class TrainConfig:
             raise SelectorLensError(
                 f"eval_groups must be 'auto', 'all' or a positive count, got {self.eval_groups!r}"
             )
+
+    @property
+    def states_at(self) -> int:
+        """Steps between kept training states (0: none but the last): `state_every`, or by
+        default STATE_EVERY rounded up to a multiple of `ckpt_every`."""
+        if self.state_every is not None:
+            return self.state_every
+        return -(-STATE_EVERY // self.ckpt_every) * self.ckpt_every
 
     @property
     def name(self) -> str:

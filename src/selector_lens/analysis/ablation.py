@@ -38,6 +38,16 @@ def head_label(layer: int, head: int) -> str:
     return f"L{layer}H{head}"
 
 
+def parse_head(label: str, cfg) -> tuple[int, int]:
+    """'L0H3' -> (0, 3), checked against `cfg` (as `check_heads`): `head_label`'s inverse."""
+    import re
+
+    m = re.fullmatch(r"L(\d+)H(\d+)", str(label).strip().upper())
+    if not m:
+        raise SelectorLensError(f"a head is written L<layer>H<head>, e.g. L0H3; got {label!r}")
+    return check_heads(cfg, [(int(m.group(1)), int(m.group(2)))])[0]
+
+
 @dataclass
 class HeadAblation:
     """Replace the outputs (hook_z) of `heads` in every forward pass of an evaluation (an

@@ -127,6 +127,49 @@ def train(
         fmt.train_summary(summary)
 
 
+@app.command(
+    epilog="Examples:\n\n  selector-lens branch --from checkpoints/k10 --step 500 --out checkpoints/k10-lr2e-3 "
+    "--set lr=2e-3\n\n"
+    "  selector-lens branch --from checkpoints/k10 --step 500 --out checkpoints/k10-frozen "
+    "--freeze-head L0H3\n\n"
+    "  selector-lens branch --from checkpoints/k10 --step 500 --out checkpoints/k10-same   "
+    "# no change: continues as the parent did"
+)
+def branch(
+    from_: Path = typer.Option(..., "--from", help="The parent run directory."),
+    step: int = typer.Option(..., help="A step with a kept training state (train --state-every)."),
+    out: Path = typer.Option(..., help="The branch's run directory (new)."),
+    set_: list[str] | None = typer.Option(
+        None, "--set", help="A training option to change, NAME=VALUE (repeatable): lr=2e-3."
+    ),
+    reset_adam: bool = typer.Option(False, help="Start the optimizer afresh (no moments)."),
+    freeze_head: list[str] | None = typer.Option(
+        None, help="A head that gets no update, L<layer>H<head> (repeatable)."
+    ),
+    json_out: JsonOpt = False,
+):
+    """Train on from a kept state of a run with something changed: an intervention on the
+    dynamics. The branch is a run of its own; run.json records its parent, step and changes."""
+    from selector_lens.training.branch import branch as run_branch
+
+    changes = {}
+    for item in set_ or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise SelectorLensError(f"--set takes NAME=VALUE, got {item!r}")
+        changes[name.strip().replace("-", "_")] = value.strip()
+    child = run_branch(
+        from_, step, out, changes, reset_adam, freeze_head or [], progress=not json_out
+    )
+    info = child.info
+    summary = {"run": str(child.path), "status": info["status"], **info["summary"]}
+    summary["branch"] = info["branch"]
+    if json_out:
+        print(json.dumps(summary))
+    else:
+        fmt.train_summary(summary)
+
+
 def _resumed_options(out: Path | None, options: dict) -> dict:
     """A resumed run's options: its run.json's, with those set on this command line to other
     than their defaults on top (`--steps 12000` raises the budget; nothing given continues the

@@ -219,9 +219,16 @@ def plan(scale: str, workers: int | None = None, costs: dict | None = None) -> d
         if "convergence" in geo
         else 0
     )
+    compare = geo.get("compare", {})
+    compare_hvp_examples = (  # both estimators at pre and mid: Lanczos's products, and at most
+        # 2 x 50 of the paper's power iterations (λmax, then λmin under the shift)
+        len(compare.get("runs", [None])) * 2 * (hvps + 100) * min(compare["sample"], d)
+        if compare
+        else 0
+    )
     analyses["geometry"] = (
         hvps * per_ex * (n_ckpt * min(geo["sample"], d) + sweep_examples)
-        + conv_hvp_examples * per_ex
+        + (conv_hvp_examples + compare_hvp_examples) * per_ex
         + noise
     )
     studies = {}

@@ -229,6 +229,9 @@ GEOMETRY = {
         "also": ["k20-nb1000-s42"],
         "sample_sweep": [512, None],
         "convergence": {"sample": 512, "lanczos_iters": 120},  # its first 30 steps: the 512 row's
+        # both estimators on the same checkpoints and examples (pre, mid): runs whose weights are
+        # kept (the seed-42 baseline retrained under the accuracy stop; the K = 20 parity run)
+        "compare": {"runs": ["k10-nb1000-acc0.95-s42", "k20-nb1000-paper-s42"], "sample": 512},
     },
     "tiny": {
         "sample": 24,

@@ -47,16 +47,23 @@ def write_tau_vs_d_svg(scaling: dict, path: Path) -> None:
     if len(points) < 2:
         return
     fit = (scaling.get("fits") or {}).get("tau_vs_D")
-    title = "τ vs D at n_bases = 1000 (K = " + ", ".join(str(k) for _, _, k in points) + ")"
+    ks = [k for _, _, k in points]
+    title = f"τ vs D at n_bases = 1000, K = {min(ks)}..{max(ks)}"
     if fit:
         lo, hi = fit["alpha_ci"]
         title += f": α = {fit['alpha']:.2f} [{lo:.2f}, {hi:.2f}] (paper 1.19)"
+    paper = (scaling.get("paper") or {}).get("points")
+    labelled, ours = set(), []
+    for d, t, k in points:  # one label per K: several seeds share a D
+        ours.append((d, t, "" if (d, k) in labelled else f"K={k}"))
+        labelled.add((d, k))
     svg = loglog_svg(
-        [(d, t, f"K={k}") for d, t, k in points],
+        ours,
         title,
         "D (examples)",
         "τ (steps)",
         (fit["C"], fit["alpha"]) if fit else None,
+        reference=(paper["name"], list(zip(paper["D"], paper["tau"]))) if paper else None,
     )
     path.write_text(svg)
 

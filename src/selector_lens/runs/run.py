@@ -17,6 +17,7 @@ from selector_lens.files import read_json
 from selector_lens.runs import rundir
 
 CKPT_RE = re.compile(r"step_(\d{6,})\.safetensors$")
+STATE_RE = re.compile(r"state_(\d{6,})\.pt$")
 
 
 class Run:
@@ -54,7 +55,21 @@ class Run:
 
     @property
     def state_path(self) -> Path:
+        """The last checkpoint's training state: what `--resume` reads."""
         return self.ckpt_dir / rundir.STATE
+
+    def state_path_at(self, step: int) -> Path:
+        """A kept training state (`state_every`): where `branch` can start."""
+        return self.ckpt_dir / f"state_{step:06d}.pt"
+
+    @property
+    def state_steps(self) -> list[int]:
+        """Steps with a kept training state, ascending."""
+        if not self.ckpt_dir.is_dir():
+            return []
+        return sorted(
+            int(m.group(1)) for p in self.ckpt_dir.iterdir() if (m := STATE_RE.search(p.name))
+        )
 
     # --- contents --------------------------------------------------------------------------
     @property
@@ -74,6 +89,28 @@ class Run:
     @property
     def status(self) -> str:
         return rundir.status(self.path)
+
+    @property
+    def parent(self) -> Run | None:
+        """The run this one branched from (`branch`), or None."""
+        record = self.info.get(rundir.BRANCH)
+        if not record:
+            return None
+        if not rundir.is_run(Path(record["parent"])):
+            raise SelectorLensError(
+                f"{self.path} branched from {record['parent']}, which is not a run directory now"
+            )
+        return Run.open(record["parent"], self.progress)
+
+    @property
+    def lineage(self) -> list[tuple[Run, int | None]]:
+        """From the root run to this one: [(root, None), (child, its branch step), ...]."""
+        chain, run = [], self
+        while run is not None and len(chain) <= 1000:  # a loop of hand-edited run.json's ends
+            record = run.info.get(rundir.BRANCH)
+            chain.append((run, record["step"] if record else None))
+            run = run.parent
+        return chain[::-1]
 
     def metric_rows(self) -> list[dict]:
         """Parsed lines of metrics.jsonl; a torn last line (killed mid-write) is skipped."""
@@ -265,16 +302,22 @@ class Run:
             *outside[::thin_every],
         }
         drop = [s for s in steps if s not in keep]
-        if not dry_run:
+        states = [self.state_path_at(s) for s in drop if self.state_path_at(s).is_file()]
+        freed = sum(self.ckpt_path(s).stat().st_size for s in drop) + sum(
+            p.stat().st_size for p in states
+        )
+        if not dry_run:  # a state goes with its step's weights: a branch needs both
             for s in drop:
                 self.ckpt_path(s).unlink()
-        size = self.ckpt_path(steps[0]).stat().st_size if steps else 0
+            for p in states:
+                p.unlink()
         return {
             "tau": t,
             "window_steps": (lo * t, hi * t),
             "keep": sorted(keep),
             "drop": drop,
-            "freed_mb": len(drop) * size / 1e6,
+            "states_dropped": len(states),
+            "freed_mb": freed / 1e6,
             "dry_run": dry_run,
         }
 
@@ -323,6 +366,7 @@ def run_table(root, threshold: float = 0.5):
                 "status": run.status,
                 "tau": s["tau"],
                 "tau_examples": seen.get(s["tau"]),
+                "tau_first_target": s["tau_first_target"],
                 "plateau_over_log_k": s["plateau_over_log_k"],
                 "final_step": s["final_step"],
                 "error": rundir.read_error(run.path),

@@ -20,6 +20,7 @@ METRICS = "metrics.jsonl"
 METRICS_PACKED = "metrics.jsonl.gz"  # a published run's log
 ERROR_JSON = "error.json"
 CKPT_DIR = "ckpt"
+BRANCH = "branch"  # run.json: where a branch came from (parent, step) and what it changed
 STATE = "last.pt"  # optimizer state of the last checkpoint: what resuming needs beyond weights
 LOCK = ".training.lock"  # held (flock) by the process training the run
 

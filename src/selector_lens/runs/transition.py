@@ -1,7 +1,10 @@
 """Reading a loss curve: waiting time τ, plateau height, transition window.
 
 Every τ says which definition it used: the first eval step at which the candidate loss is
-below `threshold` x log K (docs/science.md section 3).
+below `threshold` x log K (docs/science.md section 3). The paper's code times the same curve
+other ways too, named here so a study can set them beside ours: τ by the first-target loss
+(`first_target_tau`), the width of the drop (`window_width`), and a direction's time to a
+fraction of its initial first-target loss (`fraction_time`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def summarize(rows: list[dict], log_k: float, threshold: float = 0.5) -> dict:
     last = rows[-1] if rows else {}
     return {
         "tau": t,
+        "tau_first_target": first_target_tau(rows, log_k, threshold),
         "tau_definition": f"first eval step with candidate_loss < {threshold} * log K",
         "plateau_height": None if math.isnan(height) else height,
         "plateau_over_log_k": None if math.isnan(height) or log_k <= 0 else height / log_k,
@@ -98,6 +102,19 @@ def power_law_fit(x, y, n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> 
         "alpha_ci": (float(lo), float(hi)),
         "n": int(len(x)),
         "draws": draws,
+    }
+
+
+def exponent_difference(a: dict, b: dict, ci: float = 0.95) -> dict:
+    """α(a) - α(b) for two `power_law_fit`s of independent data, with the interval of the
+    difference of their bootstrap draws (paired by index: each pair is one joint resample)."""
+    n = min(len(a["draws"]), len(b["draws"]))
+    diff = a["draws"][:n, 0] - b["draws"][:n, 0]
+    lo, hi = np.quantile(diff, [(1 - ci) / 2, (1 + ci) / 2]) if n else (math.nan, math.nan)
+    return {
+        "difference": a["alpha"] - b["alpha"],
+        "ci": ci,
+        "difference_ci": (float(lo), float(hi)),
     }
 
 
@@ -159,16 +176,20 @@ def first_below(rows: list[dict], key: str, level: float) -> int | None:
     return None
 
 
-def group_crossing_steps(steps, group_acc: np.ndarray, level: float = 0.5) -> np.ndarray:
-    """Per group, the first step with accuracy > `level` (inf if never). group_acc: [steps, groups]."""
-    above = np.asarray(group_acc) > level
+def group_crossing_steps(
+    steps, group_acc: np.ndarray, level: float = 0.5, at_least: bool = False
+) -> np.ndarray:
+    """Per group, the first step with accuracy > `level` (>= with `at_least`; inf if never).
+    group_acc: [steps, groups]."""
+    acc = np.asarray(group_acc)
+    above = acc >= level if at_least else acc > level
     first = np.where(above.any(0), above.argmax(0), -1)
     steps = np.asarray(steps, dtype=float)
     return np.where(first >= 0, steps[np.maximum(first, 0)], np.inf)
 
 
 def collective_transition(
-    rows: list[dict], k: int, tau_step: int | None, level: float = 0.5
+    rows: list[dict], k: int, tau_step: int | None, level: float = 0.5, at_least: bool = False
 ) -> dict:
     """Do the groups switch together (docs/science.md claim 3)? From the stored per-group accuracy.
 
@@ -182,12 +203,13 @@ def collective_transition(
         return {"groups": 0}
     steps = [r["step"] for r in rows]
     acc = np.array([r["group_correct"] for r in rows], dtype=float) / k
-    cross = group_crossing_steps(steps, acc, level)
+    cross = group_crossing_steps(steps, acc, level, at_least)
     crossed = cross[np.isfinite(cross)]
     out = {
         "groups": int(acc.shape[1]),
         "never_crossed": int((~np.isfinite(cross)).sum()),
         "level": level,
+        "solved_when": f"{'>=' if at_least else '>'} {level:g} of its K examples",
     }
     if tau_step:
         out.update(
@@ -207,3 +229,36 @@ def collective_transition(
             float(0.8 * crossed.max() / tau_step) if tau_step else None
         )
     return out
+
+
+def first_target_tau(rows: list[dict], log_k: float, threshold: float = 0.5) -> int | None:
+    """τ by the first-target loss: the first eval with it below `threshold` x log K (the paper
+    code's fallback when a run has no candidate loss, and its τ in the head-nucleation figure)."""
+    return first_below(rows, "first_target_loss", threshold * log_k) if log_k > 0 else None
+
+
+def window_width(
+    rows: list[dict], log_k: float, high: float = 0.95, low: float = 0.05, key="candidate_loss"
+) -> dict:
+    """The paper code's lr "τ" (`scripts/analyze_lr_sweep.py`): from the last eval with `key`
+    above `high` x log K to the first below `low` x log K. A run that never gets below is
+    censored: `end` and `width` None, `last_step` and `lowest` say how far it got."""
+    rows = [r for r in rows if r.get(key) is not None]
+    end = first_below(rows, key, low * log_k)
+    before = [r for r in rows if end is None or r["step"] < end]
+    above = [r["step"] for r in before if r[key] > high * log_k]
+    start = above[-1] if above else None
+    return {
+        "start": start,
+        "end": end,
+        "width": end - start if end is not None and start is not None else None,
+        "last_step": rows[-1]["step"] if rows else None,
+        "lowest_over_log_k": min(r[key] for r in rows) / log_k if rows and log_k > 0 else None,
+    }
+
+
+def fraction_time(rows: list[dict], fraction: float, key: str = "first_target_loss") -> int | None:
+    """The paper code's direction timing (`scripts/analyze_k_sweep.py`, fraction 0.1): the first
+    eval with `key` below `fraction` x its value at the first eval (step 0)."""
+    start = next((r[key] for r in rows if r.get(key) is not None), None)
+    return None if start is None else first_below(rows, key, fraction * start)

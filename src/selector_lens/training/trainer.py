@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from selector_lens import __version__
+from selector_lens.analysis.ablation import parse_head
 from selector_lens.config import RESUMABLE, TrainConfig
 from selector_lens.errors import SelectorLensError
 from selector_lens.files import atomic_write, atomic_write_text
@@ -148,6 +149,54 @@ def _state_checksum(state: dict) -> str:
     return tensors_checksum(tensors) + ":" + json.dumps(head, sort_keys=True, default=str)
 
 
+def read_state(path: Path, cfg: TrainConfig, device="cpu", out=None) -> dict:
+    """A saved training state, checked: read with `weights_only=True` (a pickle with code is
+    refused, never run), its checksum (states before checksums have none), and the settings it
+    was trained under against `cfg`'s."""
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+        if not {"step", "elapsed", "optimizer"} <= state.keys():
+            raise KeyError("step, elapsed or optimizer")
+    except Exception as e:  # torn or foreign
+        raise SelectorLensError(f"corrupt checkpoint: {path} ({type(e).__name__})") from None
+    if "checksum" in state and state["checksum"] != _state_checksum(state):
+        raise SelectorLensError(f"corrupt checkpoint: {path} (checksum mismatch)")
+    if "settings" in state:
+        now = _settings(cfg)
+        diff = [
+            f"{k}: {state['settings'][k]} (trained) != {now[k]} (run.json)"
+            for k in sorted(state["settings"].keys() & now.keys())
+            if state["settings"][k] != now[k]
+        ]
+        if diff:
+            raise SelectorLensError(
+                f"{out or path} was trained under other settings than its run.json says "
+                f"({'; '.join(diff[:3])}); restore run.json or pass --restart"
+            )
+    return state
+
+
+def state_for(cfg: TrainConfig, state: dict) -> dict:
+    """`state` as a run under `cfg` would have saved it (its settings, a new checksum): a
+    branch's starting state."""
+    new = {**state, "settings": _settings(cfg)}
+    new["checksum"] = _state_checksum(new)
+    return new
+
+
+def frozen_slices(model, heads) -> list[tuple[torch.nn.Parameter, int, torch.Tensor]]:
+    """(parameter, head, its slice now) for each frozen head's W_Q, W_K, W_V, W_O, b_Q, b_K and
+    b_V (b_O is shared by the heads): `_RunState` writes them back after every step, so the
+    head gets no update, weight decay included."""
+    out = []
+    for layer, head in heads:
+        attn = model.blocks[layer].attn
+        for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V"):
+            p = getattr(attn, name)
+            out.append((p, head, p.detach()[head].clone()))
+    return out
+
+
 def batch_key(cfg: TrainConfig) -> tuple:
     """Runs with equal keys can train together as one batched model (`train_many`)."""
     return (
@@ -278,35 +327,22 @@ class _RunState:
             self.checkpoint(0)
         self.bar = _Progress(cfg, self.step) if progress else None
         self.model.train()
+        frozen = (self.run.info.get(rundir.BRANCH) or {}).get("freeze_heads", [])
+        self.frozen = frozen_slices(self.model, [parse_head(h, cfg.model) for h in frozen])
         self.stopped = (
             cfg.early_stop and self.streak >= cfg.early_stop_evals
         )  # resuming an early-stopped run
 
     def _load_state(self, device) -> tuple[int, float]:
-        """The saved state, checked: its checksum (when it has one: states before checksums do
-        not) and the settings it was trained under against this run's."""
-        path = self.run.state_path
+        """The saved state (`read_state`), into this run's optimizer."""
+        state = read_state(self.run.state_path, self.cfg, device, self.out)
         try:
-            state = torch.load(path, map_location=device, weights_only=True)
-            step, elapsed = state["step"], state["elapsed"]
             self.opt.load_state_dict(state["optimizer"])
-        except Exception as e:  # torn or foreign (a pickle with code is refused, never run)
-            raise SelectorLensError(f"corrupt checkpoint: {path} ({type(e).__name__})") from None
-        if "checksum" in state and state["checksum"] != _state_checksum(state):
-            raise SelectorLensError(f"corrupt checkpoint: {path} (checksum mismatch)")
-        if "settings" in state:
-            now = _settings(self.cfg)
-            diff = [
-                f"{k}: {state['settings'][k]} (trained) != {now[k]} (run.json)"
-                for k in sorted(state["settings"].keys() & now.keys())
-                if state["settings"][k] != now[k]
-            ]
-            if diff:
-                raise SelectorLensError(
-                    f"{self.out} was trained under other settings than its run.json says "
-                    f"({'; '.join(diff[:3])}); restore run.json or pass --restart"
-                )
-        return step, elapsed
+        except Exception as e:  # a state of another model shape
+            raise SelectorLensError(
+                f"corrupt checkpoint: {self.run.state_path} ({type(e).__name__})"
+            ) from None
+        return state["step"], state["elapsed"]
 
     def _refuse_lost_state(self) -> None:
         """No state, yet the run trained past step 0: resuming would silently start over."""
@@ -332,6 +368,9 @@ class _RunState:
 
     def after_step(self, loss: torch.Tensor) -> None:
         cfg, step = self.cfg, self.step
+        with torch.no_grad():
+            for p, head, value in self.frozen:  # a branch's frozen heads: no update at all
+                p[head] = value
         last = step == cfg.steps
         if step % cfg.eval_every == 0 or last:
             row = self.evaluate(step)
@@ -374,6 +413,9 @@ class _RunState:
         }
         state["checksum"] = _state_checksum(state)
         atomic_write(self.run.state_path, lambda tmp: torch.save(state, tmp))
+        every = self.cfg.states_at
+        if every and step % every == 0:  # kept: a branch can start here
+            atomic_write(self.run.state_path_at(step), lambda tmp: torch.save(state, tmp))
 
     def close(self) -> None:
         if self.bar:

@@ -325,10 +325,20 @@ def attention_explorer(patterns: dict[int, np.ndarray], token_labels: list[str])
     return fig
 
 
-def tau_vs_d(table, fit: dict | None = None) -> go.Figure:
-    """τ against D on log-log axes (table from `run_table`), with the power-law fit and its band."""
+def tau_vs_d(table, fit: dict | None = None, reference: dict | None = None) -> go.Figure:
+    """τ against D on log-log axes (table from `run_table`), with the power-law fit and its band.
+    `reference`: another source's points to draw beside ours, {"name", "D", "tau"}."""
     done = table[table.tau.notna()]
     fig = go.Figure()
+    if reference is not None:
+        fig.add_scatter(
+            x=reference["D"],
+            y=reference["tau"],
+            mode="markers",
+            marker={"symbol": "square-open", "size": 9, "color": "black"},
+            name=reference["name"],
+            hovertemplate="D=%{x}, τ=%{y}<extra>" + reference["name"] + "</extra>",
+        )
     for k, part in done.groupby("k"):
         fig.add_scatter(
             x=part.D,

@@ -25,9 +25,12 @@ def loglog_svg(
     line: tuple[float, float] | None = None,
     width: int = 640,
     height: int = 420,
+    reference: tuple[str, list[tuple[float, float]]] | None = None,
 ) -> str:
-    """Points (x, y, label) on log-log axes, and optionally the line y = C x^alpha (C, alpha)."""
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    """Points (x, y, label) on log-log axes, and optionally the line y = C x^alpha (C, alpha) and
+    another source's points, (name, [(x, y), ...]), as open squares with their name in a key."""
+    extra = reference[1] if reference else []
+    xs, ys = [p[0] for p in [*points, *extra]], [p[1] for p in [*points, *extra]]
     x0, x1 = min(xs) / 1.3, max(xs) * 1.3
     y0, y1 = min(ys) / 1.5, max(ys) * 1.5
     left, right, top, bottom = 70, 20, 40, 50
@@ -78,6 +81,19 @@ def loglog_svg(
         parts.append(
             f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="5" fill="#1f77b4"/>'
             f'<text x="{px(x) + 8:.1f}" y="{py(y) - 6:.1f}">{html.escape(label)}</text>'
+        )
+    if reference is not None:
+        name, pts = reference
+        for x, y in pts:
+            parts.append(
+                f'<rect x="{px(x) - 5:.1f}" y="{py(y) - 5:.1f}" width="10" height="10" '
+                f'fill="none" stroke="black"/>'
+            )
+        parts.append(
+            f'<rect x="{left + 12}" y="{top + 6}" width="10" height="10" fill="none" stroke="black"/>'
+            f'<text x="{left + 28}" y="{top + 15}">{html.escape(name)}</text>'
+            f'<circle cx="{left + 17}" cy="{top + 29}" r="5" fill="#1f77b4"/>'
+            f'<text x="{left + 28}" y="{top + 33}">ours</text>'
         )
     parts.append("</svg>")
     return "".join(parts)

@@ -84,50 +84,95 @@ def hessian_by_lanczos_step(row: dict) -> go.Figure:
     return fig
 
 
+def estimators(rows: list[dict]) -> go.Figure:
+    """Claim 5: the paper code's λmin (shifted power iteration) after each Hessian-vector
+    product, against Lanczos's λmin after each step, on the same checkpoint and examples (rows
+    from the geometry study's `estimators`). Where the shifted estimate stops near 0 and
+    Lanczos goes on down, the paper's ratio is its stopping rule's."""
+    fig = go.Figure()
+    for r in rows:
+        name = f"{r['run']} {r['phase']} (step {r['step']})"
+        by_iter = r["shifted_lambda_min_by_iter"]
+        fig.add_scatter(
+            x=list(range(1, len(by_iter) + 1)),
+            y=by_iter,
+            mode="lines+markers",
+            name=f"{name}: paper's shifted power (stopped at {r['shifted_iters']})",
+        )
+        by_step = r["lanczos_lambda_min_by_step"]
+        fig.add_scatter(
+            x=list(range(1, len(by_step) + 1)),
+            y=by_step,
+            mode="lines",
+            line_dash="dash",
+            name=f"{name}: Lanczos",
+        )
+    fig.update_layout(
+        title="λmin by estimator: the paper's shifted power iteration against Lanczos",
+        xaxis_title="Hessian-vector products (Lanczos: steps)",
+        yaxis_title="λmin estimate",
+    )
+    return fig
+
+
 def noise_taus(lr, batch) -> go.Figure:
-    """Claim 4: τ against lr (batch fixed) and τ in examples and steps against batch (lr fixed),
-    from `run_table` rows sorted by lr and by batch size."""
+    """Claim 4: τ against lr (batch fixed) and against batch (lr fixed), by each definition the
+    rows carry (`run_table` rows sorted by lr and by batch size; `window` where the study adds
+    the paper's lr window width, `tau_first_target` its batch τ)."""
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=("τ vs learning rate (batch 128)", "τ vs batch size (lr 1e-3)"),
+    )
+    lines = [
+        (lr, "lr", "tau", "τ: candidate loss < 0.5 log K (steps)", 1),
+        (lr, "lr", "window", "paper: window 0.95 → 0.05 log K (steps)", 1),
+        (batch, "batch_size", "tau_examples", "τ in examples (ours)", 2),
+        (batch, "batch_size", "tau", "τ in steps", 2),
+        (batch, "batch_size", "tau_first_target", "paper: first-target < 0.5 log K (steps)", 2),
+    ]
+    for table, x, y, name, col in lines:
+        if y in table and table[y].notna().any():
+            fig.add_scatter(x=table[x], y=table[y], mode="lines+markers", name=name, row=1, col=col)
+    fig.update_xaxes(type="log", title_text="learning rate", row=1, col=1)
+    fig.update_xaxes(type="log", title_text="batch size", row=1, col=2)
+    fig.update_yaxes(type="log", title_text="steps", row=1, col=1)
+    fig.update_yaxes(type="log", title_text="steps or examples", row=1, col=2)
+    return fig
+
+
+def asymmetry_curves(curves: dict) -> go.Figure:
+    """Claim 6: the mean over seeds of (B, z) -> A time / the reverse's at each threshold, one
+    line per K and reverse; left the paper's timing (first-target loss below a fraction of its
+    step-0 value), right ours (token accuracy). `curves`: {"paper"|"ours": {"K=5 az_to_b":
+    [[threshold, ratio], ...]}}. Above 1: the reverse is faster (the paper: 1.7-4.4)."""
     fig = make_subplots(
         rows=1,
         cols=2,
         subplot_titles=(
-            "τ vs learning rate (batch fixed)",
-            "τ in examples vs batch size (lr fixed)",
+            "paper: first-target loss < fraction x its step-0 value",
+            "ours: token accuracy >= threshold",
         ),
     )
-    fig.add_scatter(x=lr.lr, y=lr.tau, mode="lines+markers", name="τ (steps)", row=1, col=1)
-    fig.add_scatter(
-        x=batch.batch_size,
-        y=batch.tau_examples,
-        mode="lines+markers",
-        name="τ (examples)",
-        row=1,
-        col=2,
-    )
-    fig.add_scatter(
-        x=batch.batch_size, y=batch.tau, mode="lines+markers", name="τ (steps)", row=1, col=2
-    )
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
-    return fig
-
-
-def waiting_times(
-    rows: list[dict], mean_ratio: float | None, solved_acc: float, reverses=("a_to_b",)
-) -> go.Figure:
-    """Claim 6: per seed, the steps each direction takes to reach `solved_acc` token accuracy."""
-    fig = go.Figure()
-    for direction in ("bz_to_a", *reverses):
-        fig.add_bar(
-            x=[str(r["seed"]) for r in rows], y=[r[direction] for r in rows], name=direction
-        )
-    ratio = "-" if mean_ratio is None else f"{mean_ratio:.2f}"
+    for col, key in ((1, "paper"), (2, "ours")):
+        for name, points in curves.get(key, {}).items():
+            pts = [p for p in points if p[1] is not None]
+            if pts:
+                fig.add_scatter(
+                    x=[p[0] for p in pts],
+                    y=[p[1] for p in pts],
+                    mode="lines+markers",
+                    name=f"{name} ({key})",
+                    row=1,
+                    col=col,
+                )
+        fig.add_hline(y=1, line_dash="dot", line_color="grey", row=1, col=col)
+    fig.update_xaxes(type="log", autorange="reversed", title_text="fraction", row=1, col=1)
+    fig.update_xaxes(title_text="token accuracy", row=1, col=2)
+    fig.update_yaxes(type="log", title_text="reverse / forward time", row=1, col=1)
+    fig.update_yaxes(type="log", title_text="reverse / forward time", row=1, col=2)
     fig.update_layout(
-        title=f"Waiting time (token accuracy >= {solved_acc}) by direction; reverse / forward = "
-        f"{ratio} (paper 1.7-4.4)",
-        xaxis_title="seed",
-        yaxis_title="steps",
-        barmode="group",
+        title="Directional asymmetry over thresholds (paper: 1.7-4.4, forward faster)"
     )
     return fig
 

@@ -46,7 +46,8 @@ def test_collective(rows, want):
 def cascade_row(lead=0.4, post=3.0, alone=2.0, tau=1000, log_k=2.3):
     return {
         "tau": tau,
-        "dz_lead_frac": lead,
+        "paper_lead_frac": lead,
+        "dz_lead_frac": -1.0,  # ours, not read by the verdict
         "mean_ablation_delta": {"post": post},
         "best_alone_candidate_loss": alone,
         "log_k": log_k,
@@ -57,7 +58,9 @@ def cascade_row(lead=0.4, post=3.0, alone=2.0, tau=1000, log_k=2.3):
     "rows,want",
     [
         ([cascade_row(), cascade_row(lead=0.2)], REPRODUCED),
-        ([cascade_row(lead=0.05)], PARTLY),
+        ([cascade_row(lead=0.05)], PARTLY),  # a lead under 0.1 τ: cannot tell
+        ([cascade_row(lead=-0.2)], PARTLY),  # Δz after the onset: that check fails, two hold
+        ([cascade_row(lead=-0.2, post=0.5, alone=0.5)], NOT_REPRODUCED),
         ([cascade_row(lead=None)], PARTLY),  # no Δz onset: the lead is not shown
         ([cascade_row(post=0.5)], PARTLY),
         ([cascade_row(alone=0.5)], PARTLY),  # one head alone gets below 0.5 log K: it suffices
@@ -67,6 +70,12 @@ def cascade_row(lead=0.4, post=3.0, alone=2.0, tau=1000, log_k=2.3):
 )
 def test_cascade(rows, want):
     assert v.cascade(rows) == want
+
+
+def test_cascade_reads_the_lead_it_is_given():
+    rows = [{**cascade_row(lead=-0.3), "dz_lead_frac": 0.4}]
+    assert v.cascade(rows) == PARTLY
+    assert v.cascade(rows, lead_key="dz_lead_frac") == REPRODUCED
 
 
 def hess(lmin=-0.01, ratio=500, share=0.8):
@@ -84,7 +93,37 @@ def hess(lmin=-0.01, ratio=500, share=0.8):
     ],
 )
 def test_geometry(rows, want):
-    assert v.geometry(rows) == want
+    assert v.geometry(v.geometry_subclaims(rows, [])) == want
+
+
+def compared(shifted_min=-1e-4, shifted_ratio=3e4, iters=12, lanczos_min=-0.5, lanczos_ratio=6):
+    return {
+        "shifted_lambda_min": shifted_min,
+        "shifted_ratio": shifted_ratio,
+        "shifted_iters": iters,
+        "lanczos_lambda_min": lanczos_min,
+        "lanczos_ratio": lanczos_ratio,
+    }
+
+
+ARTEFACT = v.ARTEFACT
+
+
+@pytest.mark.parametrize(
+    "rows,want",
+    [
+        ([compared(), compared(iters=11)], True),  # stopped at once, near 0, a huge ratio
+        ([compared(), compared(shifted_min=-0.49, shifted_ratio=6.1)], True),  # converged: small
+        ([compared(iters=13)], False),  # a huge ratio after running on: not the stop's doing
+        ([compared(shifted_min=-0.49, shifted_ratio=6.1)], False),  # no ratio >= 100 at all
+        ([compared(shifted_min=-0.1)], False),  # a huge ratio, |λmin| not far below Lanczos's
+        ([], None),  # not measured
+    ],
+)
+def test_the_paper_estimator_subclaim(rows, want):
+    subs = v.geometry_subclaims([hess()], rows)
+    assert subs[ARTEFACT] is want
+    assert v.geometry(subs) == REPRODUCED  # reported beside the verdict, never judged in it
 
 
 def par(top, kind="parity"):
@@ -107,29 +146,61 @@ def test_parity(rows, want):
     assert v.parity(rows) == want
 
 
-def fit(alpha, lo, hi):
-    return {"alpha": alpha, "alpha_ci": [lo, hi]}
+@pytest.mark.parametrize(
+    "interval,want",
+    [
+        ((-0.1, 0.1), True),
+        ((-0.15, 0.15), True),  # the tolerance's edges are inside
+        ((0.16, 0.3), False),
+        ((-0.4, -0.16), False),
+        ((0.1, 0.2), None),  # across an edge: the data cannot tell
+        ((-0.3, 0.3), None),
+    ],
+)
+def test_inside(interval, want):
+    assert v.inside(interval, -0.15, 0.15) is want
+
+
+FLAT = (-0.1, 0.1)
 
 
 @pytest.mark.parametrize(
-    "fits,want",
+    "difference,k_cis,want",
     [
-        ({"tau_vs_D": fit(1.2, 1.1, 1.3), "tau_vs_K": {10000: fit(0.05, -0.1, 0.2)}}, REPRODUCED),
-        (
-            {"tau_vs_D": fit(0.9, 0.8, 1.0), "tau_vs_K": {10000: fit(0.05, -0.1, 0.2)}},
-            PARTLY,
-        ),  # flat in K only
-        (
-            {"tau_vs_D": fit(1.2, 1.1, 1.3), "tau_vs_K": {10000: fit(0.6, 0.4, 0.8)}},
-            PARTLY,
-        ),  # grows with D only
-        ({"tau_vs_D": fit(1.2, 1.1, 1.3), "tau_vs_K": {}}, PARTLY),  # no K fit: not shown flat
-        ({"tau_vs_D": fit(0.3, 0.2, 0.4), "tau_vs_K": {10000: fit(0.6, 0.4, 0.8)}}, NOT_REPRODUCED),
-        ({"tau_vs_D": None, "tau_vs_K": {}}, NO_RESULT),
+        ((-0.05, 0.12), [FLAT, (-0.2, 0.2)], REPRODUCED),
+        ((0.2, 0.4), [FLAT], PARTLY),  # α off the paper's by more than the tolerance; K flat
+        ((0.2, 0.4), [(0.3, 0.5)], NOT_REPRODUCED),  # both clear of their tolerances
+        ((-0.4, -0.2), [], NOT_REPRODUCED),  # no K fit: that check undetermined, α fails
+        ((-0.01, 0.19), [(-0.34, 0.09)], PARTLY),  # both across an edge: undetermined
+        ((-0.05, 0.05), [FLAT, (0.3, 0.5)], PARTLY),  # one fixed D grows with K
+        (None, [FLAT], NO_RESULT),
     ],
 )
-def test_scaling(fits, want):
-    assert v.scaling(fits) == want
+def test_scaling(difference, k_cis, want):
+    assert v.scaling(difference, k_cis) == want
+
+
+@pytest.mark.parametrize(
+    "taus,scatter,want",
+    [
+        ([100, 200, 400], 1.2, True),
+        ([100, 95, 400], 1.2, True),  # a dip within the scatter is a tie
+        ([100, 70, 400], 1.2, False),  # a dip beyond it
+        ([100, 110], 1.2, None),  # the whole change within the scatter
+        ([100, None, 400], 1.2, None),  # a censored point: cannot order
+        ([100], 1.2, None),
+    ],
+)
+def test_monotone(taus, scatter, want):
+    assert v.monotone(taus, scatter) is want
+
+
+@pytest.mark.parametrize(
+    "ratio,want",
+    [(1.5, True), (1.3, None), (1.1, False), (None, None)],
+)
+def test_ratio_beyond(ratio, want):
+    assert v.ratio_beyond(ratio, 1.2, 1.4) is want
 
 
 @pytest.mark.parametrize(
@@ -138,6 +209,9 @@ def test_scaling(fits, want):
         ({"a": True, "b": True, "c": True}, 4, 4, REPRODUCED),
         ({"a": True, "b": False, "c": True}, 4, 1, PARTLY),
         ({"a": False, "b": False, "c": False}, 1, 4, NOT_REPRODUCED),
+        ({"a": None, "b": False, "c": None}, 4, 4, NOT_REPRODUCED),  # one fails, none holds
+        ({"a": None, "b": True, "c": None}, 4, 4, PARTLY),
+        ({"a": None, "b": None, "c": None}, 4, 4, PARTLY),  # undetermined throughout
         (
             {"a": True, "b": True, "c": True},
             1,
@@ -196,12 +270,14 @@ def test_the_other_alternatives_at_their_thresholds():
         NOT_REPRODUCED,
     ]
     assert v.adamw_timescale(-0.9, 3) == NO_RESULT
-    assert [v.neural_collapse(r) for r in (1.0, 0.9, 0.8, None)] == [
+    assert [v.neural_collapse(r, 0.6) for r in (1.0, 0.9, 0.8, None)] == [
         REPRODUCED,
         PARTLY,
         NOT_REPRODUCED,
         NO_RESULT,
     ]
+    assert v.neural_collapse(1.2, 1.4) == PARTLY  # within up, but between up where the paper's fell
+    assert "AdamW timescale" in v.DERIVED
     assert [v.weight_norm_peak(d) for d in (0.0199, 0.03, 0.051, None)] == [
         REPRODUCED,
         PARTLY,
@@ -211,16 +287,30 @@ def test_the_other_alternatives_at_their_thresholds():
 
 
 @pytest.mark.parametrize(
-    "ratio,want",
+    "ratios,want",
     [
-        (1.7, REPRODUCED),
-        (4.4, REPRODUCED),
-        (1.3, PARTLY),
-        (6.0, PARTLY),
-        (1.0, NOT_REPRODUCED),
-        (0.5, NOT_REPRODUCED),
-        (None, NO_RESULT),
+        ([1.2, 1.5, 2.0], "reverse"),
+        ([0.9, 0.95], "forward"),
+        ([0.9, 1.1], "neither"),
+        ([1.0, 1.2], "neither"),  # a tie in one seed
+        ([], "neither"),
     ],
 )
-def test_asymmetry(ratio, want):
-    assert v.asymmetry(ratio) == want
+def test_faster(ratios, want):
+    assert v.faster(ratios) == want
+
+
+@pytest.mark.parametrize(
+    "per_k,want",
+    [
+        ({5: [1.8, 2.0, 2.5], 10: [1.5, 3.0, 4.0]}, REPRODUCED),
+        ({5: [1.8, 2.0, 2.5], 10: [0.9, 0.95, 1.0]}, PARTLY),  # one K level
+        ({5: [1.0, 1.1, 1.2], 10: [0.93, 0.95, 0.96]}, NOT_REPRODUCED),  # none reaches 1.7
+        ({5: [0.5, 0.6, 0.7]}, NOT_REPRODUCED),  # the forward faster: fails the other way
+        ({5: [0.9, 2.0, 3.0]}, PARTLY),  # seeds disagree on the faster direction
+        ({5: [5.0, 6.0, 7.0]}, PARTLY),  # the reverse faster by more than the paper says
+        ({5: [], 10: []}, NO_RESULT),
+    ],
+)
+def test_asymmetry(per_k, want):
+    assert v.asymmetry(per_k) == want

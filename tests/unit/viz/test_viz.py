@@ -210,3 +210,39 @@ def test_static_loglog_svg_places_points_on_log_axes():
     x1, y1, x2, y2 = (float(fit.get(k)) for k in ("x1", "y1", "x2", "y2"))
     for x, y in zip(xs, ys):
         assert y1 + (y2 - y1) * (x - x1) / (x2 - x1) == pytest.approx(y, abs=0.5)
+
+
+def test_static_loglog_svg_draws_reference_points_on_the_same_axes():
+    import xml.etree.ElementTree as ET
+
+    from selector_lens.viz.static import loglog_svg
+
+    ours = [(1000, 100, "a"), (100000, 10000, "b")]
+    svg = loglog_svg(ours, "t", "D", "τ", reference=("paper <x>", [(1000, 100), (10000, 1000)]))
+    root = ET.fromstring(svg)  # the name is escaped: still well-formed XML
+    ns = "{http://www.w3.org/2000/svg}"
+    boxes = [r for r in root.findall(f"{ns}rect") if r.get("fill") == "none"]
+    assert len(boxes) == 3  # two points and the key's square
+    circle = root.findall(f"{ns}circle")[0]
+    # the paper's point at the same (x, y) as ours sits on it (squares are centred on their point)
+    assert float(boxes[0].get("x")) + 5 == pytest.approx(float(circle.get("cx")), abs=0.1)
+    assert float(boxes[0].get("y")) + 5 == pytest.approx(float(circle.get("cy")), abs=0.1)
+    assert "paper &lt;x&gt;" in svg
+
+
+def test_estimators_figure_draws_each_estimate_by_product():
+    from selector_lens.viz import study_figures
+
+    row = {
+        "run": "r",
+        "phase": "pre",
+        "step": 50,
+        "shifted_iters": 3,
+        "shifted_lambda_min_by_iter": [0.1, 0.05, 0.04],
+        "lanczos_lambda_min_by_step": [0.0, -0.3, -0.5, -0.5],
+    }
+    fig = study_figures.estimators([row])
+    shifted, lanczos = fig.data
+    assert list(shifted.x) == [1, 2, 3] and list(shifted.y) == [0.1, 0.05, 0.04]
+    assert list(lanczos.y) == [0.0, -0.3, -0.5, -0.5] and "stopped at 3" in shifted.name
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text

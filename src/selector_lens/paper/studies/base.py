@@ -106,6 +106,16 @@ def geometry_runs(setup: Setup, seeds: list[Run]) -> list[Run]:
     return seeds[:1] + also_runs(setup)
 
 
+def compare_runs(setup: Setup, seeds: list[Run]) -> list[Run]:
+    """Where claim 5 runs both Hessian estimators: `GEOMETRY[scale]["compare"]["runs"]` when
+    finished, else the seeds study's first run."""
+    names = GEOMETRY[setup.scale].get("compare", {}).get("runs")
+    if not names:
+        return seeds[:1]
+    paths = [setup.root / "runs" / n for n in names]
+    return [Run.open(p) for p in paths if rundir.is_done(p)]
+
+
 def collective_runs(setup: Setup, seeds: list[Run]) -> list[Run]:
     """Claim 3's runs: every seed, then the `also_runs` (the claim at a second K)."""
     return seeds + also_runs(setup)
@@ -128,15 +138,19 @@ CLAIMS = {
     4: (
         "Entropic stabilisation by gradient noise",
         "higher lr slows escape monotonically (3.6x over a ~7x lr "
-        "range, equal examples); the highest lr never escapes; smaller batches delay escape ~1.8x at equal "
-        "examples (64 vs 512)",
+        "range, equal examples; its τ: the window 0.95 → 0.05 log K); the highest lr never escapes; "
+        "smaller batches delay escape (its τ: first-target loss < 0.5 log K, in steps)",
     ),
     5: (
         "Loss geometry",
         "on the plateau a strongly anisotropic saddle: λmax hundreds to thousands of times "
         "|λmin| (λmin slightly negative); gradient noise mostly along the high-curvature directions",
     ),
-    6: ("Directional asymmetry", "(B, z) -> A is learned 1.7x to 4.4x faster than A -> B"),
+    6: (
+        "Directional asymmetry",
+        "(B, z) -> A, the direction with the K-fold ambiguity, lags the reverse: it takes 1.7x to "
+        "4.4x as long (the paper's code: lag = its time minus the reverse's, A, z -> B)",
+    ),
     7: (
         "Internal cascade",
         "a routing head (L0H3 in the paper's seed) attends to z during the plateau; Δz "

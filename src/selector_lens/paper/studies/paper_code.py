@@ -17,9 +17,12 @@ PAPER_HEAD_TABLE = {
     3700: [("L0H3", 3.75), ("L0H1", 3.57)],
 }
 PARITY_STEPS = {"paper": [500, 1800, 3700]}  # other scales: the parity run's pre / mid / post
+PARITY_K20_STEPS = [1000, 3900, 7900]  # the steps of the paper's K = 20 per-head table
 
 
-def parity_study(runs: list[Run], parity: list[Run], out: Path | None, scale: str) -> Study:
+def parity_study(
+    runs: list[Run], parity: list[Run], out: Path | None, scale: str, k20: list[Run] = ()
+) -> Study:
     """Claim 7 beside the paper's code: the routing head and the paper's per-head table
     (`training_set_ablation`) for our baseline and for the same baseline with parity "paper".
 
@@ -50,6 +53,22 @@ def parity_study(runs: list[Run], parity: list[Run], out: Path | None, scale: st
                     "step": step,
                     "tau": run.tau(),
                     "routing_head": routing,
+                    "clean_loss": float(t.clean_loss.iloc[0]),
+                    "top": [(r.label, round(float(r.d_loss), 4)) for r in t.head(3).itertuples()],
+                }
+            )
+    for run in k20:  # the paper's K = 20 table: measured, reported beside (its values not quoted)
+        steps = [run.nearest_step(min(s, run.steps[-1])) for s in PARITY_K20_STEPS]
+        table = training_set_ablation(run, sorted(set(steps)))
+        for step in steps:
+            t = table[table.step == step].sort_values("d_loss", ascending=False)
+            rows.append(
+                {
+                    "run": run.path.name,
+                    "kind": "parity K=20",
+                    "step": step,
+                    "tau": run.tau(),
+                    "routing_head": None,
                     "clean_loss": float(t.clean_loss.iloc[0]),
                     "top": [(r.label, round(float(r.d_loss), 4)) for r in t.head(3).itertuples()],
                 }

@@ -14,6 +14,7 @@ from selector_lens.paper.studies.alternatives import alternatives, sharing
 from selector_lens.paper.studies.base import (
     Setup,
     collective_runs,
+    compare_runs,
     geometry_runs,
     pending,
     seed_runs,
@@ -106,7 +107,14 @@ def reproduce(
     timed("marginal_first", marginal_first, runs, seeds_dir, scale)
     timed("collective", collective, SEED_STUDY_RUNS["collective"](setup, runs), seeds_dir, scale)
     timed("cascade", cascade_study, runs, seeds_dir, scale)
-    timed("geometry", geometry, SEED_STUDY_RUNS["geometry"](setup, runs), seeds_dir, scale)
+    timed(
+        "geometry",
+        geometry,
+        SEED_STUDY_RUNS["geometry"](setup, runs),
+        seeds_dir,
+        scale,
+        compare_runs(setup, runs),
+    )
     timed(
         "parity",
         parity_study,
@@ -114,6 +122,7 @@ def reproduce(
         setup.runs("parity") if "parity" in study_runs(scale) else [],
         seeds_dir,
         scale,
+        setup.runs("parity/k20") if "parity/k20" in study_runs(scale) else [],
     )
     timed("scaling", scaling, setup)
     timed("noise", noise, setup)
@@ -173,6 +182,7 @@ SEED_STUDIES = {
     "geometry": geometry,
 }
 SEED_STUDY_RUNS = {"collective": collective_runs, "geometry": geometry_runs}  # others: the seeds
+SEED_STUDY_EXTRA = {"geometry": compare_runs}  # a second list of runs, where a study takes one
 
 
 def run_study(
@@ -189,10 +199,11 @@ def run_study(
     setup = Setup(root, scale, executor, workers, out=root)
     t = time.perf_counter()
     if name in SEED_STUDIES:
-        runs = seed_runs(setup)
+        runs = seeds = seed_runs(setup)
         if name in SEED_STUDY_RUNS:  # seeds and the scale's runs kept whole, or some of them
-            runs = SEED_STUDY_RUNS[name](setup, runs)
-        study = SEED_STUDIES[name](runs, setup.dir("seeds"), scale)
+            runs = SEED_STUDY_RUNS[name](setup, seeds)
+        extra = [SEED_STUDY_EXTRA[name](setup, seeds)] if name in SEED_STUDY_EXTRA else []
+        study = SEED_STUDIES[name](runs, setup.dir("seeds"), scale, *extra)
     else:
         study = STUDY_FUNCS[name](setup)
     from selector_lens.viz.dashboard import write_html

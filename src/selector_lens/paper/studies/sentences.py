@@ -46,7 +46,9 @@ def cascade(rows: list[dict]) -> str:
     def one(r: dict) -> str:
         deltas = "/".join(_fmt(r["mean_ablation_delta"][p], "+.2f") for p in ("pre", "mid", "post"))
         return (
-            f"{r['run']}: {r['routing_head']}, Δz leads τ by {_fmt(r['dz_lead_frac'], '.2f')} τ "
+            f"{r['run']}: {r['routing_head']}, Δz leads the first-target onset (the paper's) by "
+            f"{_fmt(r.get('paper_lead_steps'), 'g')} steps = {_fmt(r.get('paper_lead_frac'), '.2f')} τ "
+            f"and τ (ours) by {_fmt(r['dz_lead_frac'], '.2f')} τ "
             f"(attention by {_fmt(r['attn_lead_frac'], '.2f')} τ), mean ablation Δ pre/mid/post "
             f"{deltas} nats, best head alone {r['best_alone']} at "
             f"{_fmt(r['best_alone_candidate_loss'], '.2f')} nats"
@@ -55,7 +57,13 @@ def cascade(rows: list[dict]) -> str:
     return "; ".join(one(r) for r in rows if r["tau"]) or "no run transitioned"
 
 
-def geometry(rows: list[dict], sweep: list[dict], convergence: list[dict] = ()) -> str:
+def geometry(
+    rows: list[dict],
+    sweep: list[dict],
+    convergence: list[dict] = (),
+    compared: list[dict] = (),
+    subclaims: dict | None = None,
+) -> str:
     at_phases = [
         f"{r['run']} {r['phase']} (step {r['step']}): λmax {_fmt(r['lambda_max'])}, λmin "
         f"{_fmt(r['lambda_min'])}, ratio {_fmt(r['ratio'])}, noise on top {r['top_k']} "
@@ -78,4 +86,21 @@ def geometry(rows: list[dict], sweep: list[dict], convergence: list[dict] = ()) 
                 for m in marks
             )
         )
-    return "; ".join(at_phases) + "".join(by_sample) + "".join(by_step)
+    by_estimator = [
+        f"; {c['run']} {c['phase']} (step {c['step']}, {c['sample']} examples): the paper's "
+        f"estimator λmin {_fmt(c['shifted_lambda_min'], '.2g')} (stopped after "
+        f"{c['shifted_iters']} products), ratio {_fmt(c['shifted_ratio'], '.3g')}; Lanczos λmin "
+        f"{_fmt(c['lanczos_lambda_min'], '.3g')}, ratio {_fmt(c['lanczos_ratio'], '.3g')}"
+        for c in compared
+    ]
+    judged = "".join(
+        f"; {k}: {'yes' if v else 'no' if v is False else 'undetermined'}"
+        for k, v in (subclaims or {}).items()
+    )
+    return (
+        "; ".join(at_phases)
+        + "".join(by_sample)
+        + "".join(by_step)
+        + "".join(by_estimator)
+        + judged
+    )
