@@ -15,6 +15,7 @@ _EXPORTS = {
     "build_model": "model.adapter",
     "train": "training.trainer",
     "branch": "training.branch",
+    "branches": "training.branch",
     "Run": "runs.run",
     "evaluate": "model.metrics",
     "make_eval_set": "task.eval_set",

@@ -50,6 +50,7 @@ class ModelConfig:
 
 
 SCHEDULES = ("constant", "cosine")
+OPTIMIZERS = ("adamw", "sgd")
 # what a resume may change: a longer budget, another device, how often states are kept
 RESUMABLE = ("steps", "device", "state_every")
 STATE_EVERY = 250  # the default: ~6 states on the K = 10 baseline's plateau (τ ~ 1,500)
@@ -70,8 +71,10 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     steps: int = option(6000, "Maximum optimizer steps.")
     batch_size: int = option(128, "Examples per step.")
-    lr: float = option(1e-3, "AdamW learning rate.")
-    weight_decay: float = option(0.01, "AdamW weight decay.")
+    lr: float = option(1e-3, "Learning rate.")
+    weight_decay: float = option(0.01, "Weight decay (AdamW: decoupled; SGD: L2).")
+    optimizer: str = option("adamw", "The optimizer.", OPTIMIZERS)
+    momentum: float = option(0.0, "SGD momentum (optimizer sgd only).")
     beta1: float = option(0.9, "AdamW beta1.")
     beta2: float = option(0.999, "AdamW beta2.")
     grad_clip: float = option(1.0, "Max gradient norm; 0 turns clipping off.")
@@ -128,6 +131,12 @@ class TrainConfig:
             raise SelectorLensError(f"lr must be positive, got {self.lr}")
         if self.weight_decay < 0 or self.grad_clip < 0 or self.warmup_steps < 0:
             raise SelectorLensError("weight_decay, grad_clip and warmup_steps must be >= 0")
+        if self.optimizer not in OPTIMIZERS:
+            raise SelectorLensError(
+                f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}"
+            )
+        if not 0 <= self.momentum < 1:
+            raise SelectorLensError(f"momentum must lie in [0, 1), got {self.momentum}")
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise SelectorLensError(f"{name} must lie in [0, 1), got {getattr(self, name)}")

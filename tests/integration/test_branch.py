@@ -42,6 +42,10 @@ def test_a_branch_with_no_change_continues_bit_for_bit(parent, tmp_path):
         "changes": {},
         "reset_adam": False,
         "freeze_heads": [],
+        "reinit_heads": [],
+        "ablate_heads": [],
+        "ablate_mode": "mean",
+        "z": None,
     }
     assert child.state_steps == [20, 40, 60]  # the child keeps states on its own schedule
 
@@ -78,6 +82,104 @@ def test_a_frozen_head_gets_no_update_and_the_others_do(parent, tmp_path):
     assert not torch.equal(start["blocks.1.attn.W_Q"], end["blocks.1.attn.W_Q"])
 
 
+def test_a_changed_weight_decay_reaches_the_optimizer(parent, tmp_path):
+    child = sl.branch(parent, 20, tmp_path / "wd", weight_decay=0.5)
+    state = torch.load(child.state_path_at(40), weights_only=True)
+    assert state["optimizer"]["param_groups"][0]["weight_decay"] == 0.5
+    assert tensors_checksum(weights(child, 40)) != tensors_checksum(weights(parent, 40))
+
+
+def test_sgd_with_momentum_starts_without_adam_moments(parent, tmp_path):
+    child = sl.branch(parent, 20, tmp_path / "sgd", optimizer="sgd", momentum="0.9", lr="0.1")
+    state = torch.load(child.state_path_at(40), weights_only=True)
+    group = state["optimizer"]["param_groups"][0]
+    assert group["momentum"] == 0.9 and group["lr"] == 0.1
+    moments = next(iter(state["optimizer"]["state"].values()))
+    assert set(moments) == {"momentum_buffer"}  # SGD's, none of AdamW's
+
+
+def test_a_reinitialised_head_is_drawn_again_at_the_branch(parent, tmp_path):
+    child = sl.branch(parent, 20, tmp_path / "reinit", reinit_heads=["L1H0"], steps=30)
+    mine, theirs = weights(child, 20), weights(parent, 20)
+    for name in ("W_Q", "W_O"):
+        key = f"blocks.1.attn.{name}"
+        assert not torch.equal(mine[key][0], theirs[key][0])
+        assert torch.equal(mine[key][1], theirs[key][1])  # the other head untouched
+        std = child.model_at(20).cfg.initializer_range
+        assert mine[key][0].std().item() == pytest.approx(std, rel=0.3)
+    assert torch.equal(mine["blocks.1.attn.b_Q"][0], torch.zeros_like(mine["blocks.1.attn.b_Q"][0]))
+    # the parent's own file is untouched (the child's was a link until it was rewritten)
+    assert tensors_checksum(theirs) == tensors_checksum(weights(sl.Run.open(parent.path), 20))
+
+
+def test_an_ablated_head_trains_and_evaluates_ablated(parent, tmp_path):
+    from selector_lens.analysis.ablation import head_ablation
+    from selector_lens.model.metrics import evaluate
+
+    child = sl.branch(
+        parent, 20, tmp_path / "abl", ablate_heads=["L0H0"], ablate_mode="zero", reset_adam=True
+    )
+    start, end = weights(child, 20), weights(child, 60)
+    # no gradient reaches a zeroed head's Q, K and V: with fresh moments only weight decay
+    # moves them
+    decay = (1 - 3e-3 * 0.01) ** 40
+    key = "blocks.0.attn.W_Q"
+    assert torch.allclose(end[key][0], start[key][0] * decay, atol=1e-7)
+    assert not torch.allclose(end[key][1], start[key][1] * decay, atol=1e-7)
+    # its logged evaluation is the ablated model's
+    model, es = child.model_at(60), child.eval_set()
+    ablated = evaluate(model, es, intervention=head_ablation(model, es, [(0, 0)], "zero"))
+    assert child.metric_rows()[-1]["loss"] == pytest.approx(ablated["loss"], abs=1e-6)
+
+
+def test_mean_ablation_stores_the_training_set_means(parent, tmp_path):
+    from safetensors.torch import load_file
+
+    child = sl.branch(parent, 20, tmp_path / "mean", ablate_heads=["L1H1"], steps=30)
+    (values,) = load_file(str(child.path / "ablation.safetensors")).values()
+    model, tokens = parent.model_at(20), parent.task_data.tokens
+    _, cache = model.run_with_cache(tokens, names_filter="blocks.1.attn.hook_z")
+    want = cache["blocks.1.attn.hook_z"][:, :, 1].mean(0)  # TransformerLens's own forward
+    assert torch.allclose(values, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["drop", "permute"])
+def test_z_changes_take_the_selector_away_in_training_only(parent, tmp_path, mode):
+    from selector_lens.task.vocab import PAD
+    from selector_lens.training.trainer import without_z
+
+    task, tokens = parent.config.task, parent.task_data.tokens
+    index = torch.arange(len(tokens))
+    batch = without_z(tokens, index, task, mode, seed=1, step=7)
+    pos = task.z_positions
+    other = [p for p in range(tokens.shape[1]) if p not in pos]
+    assert torch.equal(batch[:, other], tokens[:, other])  # only z changes
+    if mode == "drop":
+        assert (batch[:, pos] == PAD).all()
+    else:  # each z is one of its own group's K, and they no longer follow the target
+        k = task.k
+        group_z = tokens[:, pos].view(-1, k, len(pos))
+        for e in range(len(tokens)):
+            assert (group_z[e // k] == batch[e, pos]).all(-1).any()
+        assert not torch.equal(batch[:, pos], tokens[:, pos])
+        assert torch.equal(batch, without_z(tokens, index, task, mode, seed=1, step=7))
+    child = sl.branch(parent, 20, tmp_path / mode, z=mode, steps=30)
+    assert child.info["branch"]["z"] == mode and child.eval_set().tokens.equal(
+        parent.eval_set().tokens
+    )  # evaluated on the true task
+
+
+def test_branches_train_together_and_match_branching_one_by_one(parent, tmp_path):
+    runs = sl.branches(parent, 20, tmp_path / "many", [{}, {"lr": "1e-2"}], seeds=[7, 8])
+    assert [r.path.name for r in runs] == ["same-s7", "same-s8", "lr1e-2-s7", "lr1e-2-s8"]
+    alone = sl.branch(parent, 20, tmp_path / "alone", lr="1e-2", seed=8)
+    # one batched model sums in another order than one model alone: equal to float precision
+    assert [r["loss"] for r in runs[3].metric_rows()] == pytest.approx(
+        [r["loss"] for r in alone.metric_rows()], rel=1e-4
+    )
+    assert runs[0].metric_rows()[-1]["loss"] != runs[1].metric_rows()[-1]["loss"]  # other orders
+
+
 def test_lineage_walks_back_to_the_root(parent, tmp_path):
     child = sl.branch(parent, 20, tmp_path / "c", {"lr": "2e-3"})
     grandchild = sl.branch(child, 40, tmp_path / "g", {"lr": "1e-3"})
@@ -100,6 +202,8 @@ def test_lineage_walks_back_to_the_root(parent, tmp_path):
         ({"changes": {"steps": "20"}}, r"starts at step 20 but its budget is 20 steps"),
         ({"freeze_heads": ["L0H7"]}, r"head 7 out of range: the model has heads 0..1"),
         ({"freeze_heads": ["head3"]}, r"L<layer>H<head>"),
+        ({"z": "shuffle"}, r"unknown z change 'shuffle'"),
+        ({"ablate_heads": ["L0H0"], "ablate_mode": "resample"}, r"zero or mean"),
     ],
 )
 def test_bad_branches_are_refused_before_anything_is_written(parent, tmp_path, kw, match):
@@ -162,3 +266,29 @@ def test_prune_drops_a_state_with_its_weights(tmp_path):
     plan = run.prune((0.5, 1.0), thin_every=100, dry_run=False)
     assert plan["drop"] and plan["states_dropped"] == len(plan["drop"])
     assert set(run.state_steps) == set(run.steps)
+
+
+def test_a_sweep_spec_branch_block_grids_over_changes_and_seeds(parent, tmp_path):
+    from selector_lens.training.sweep import SweepSpec, run_sweep
+
+    spec = SweepSpec.from_dict(
+        {
+            "branch": {"from": str(parent.path), "step": 40},
+            "base": {"reset_adam": True},
+            "grid": {"freeze_heads": [[], "L0H0"], "seed": [1, 2]},
+        }
+    )
+    results = run_sweep(spec, tmp_path / "sw", executor="batched")
+    assert [r["outcome"] for r in results] == ["done"] * 4
+    names = sorted(p.name for p in (tmp_path / "sw").iterdir() if p.is_dir())
+    assert names == ["L0H0-seed1", "L0H0-seed2", "no_freeze_heads-seed1", "no_freeze_heads-seed2"]
+    child = sl.Run.open(tmp_path / "sw" / "L0H0-seed2")
+    record = child.info["branch"]
+    assert record["step"] == 40 and record["freeze_heads"] == ["L0H0"] and record["reset_adam"]
+    assert child.config.seed == 2 and [r for r, _ in child.lineage][0].path == parent.path
+    again = run_sweep(spec, tmp_path / "sw", executor="batched")  # made once, then finished
+    assert [r["outcome"] for r in again] == ["skipped"] * 4
+    with pytest.raises(sl.SelectorLensError, match="needs a branch: block"):
+        SweepSpec.from_dict({"grid": {"z": ["drop"]}}).points()
+    with pytest.raises(sl.SelectorLensError, match=r"branch is \{from: RUN, step: STEP\}"):
+        SweepSpec.from_dict({"branch": {"from": "x"}, "grid": {}})

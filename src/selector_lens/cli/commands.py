@@ -146,6 +146,16 @@ def branch(
     freeze_head: list[str] | None = typer.Option(
         None, help="A head that gets no update, L<layer>H<head> (repeatable)."
     ),
+    reinit_head: list[str] | None = typer.Option(
+        None, help="A head drawn again as at initialisation at the branch (repeatable)."
+    ),
+    ablate_head: list[str] | None = typer.Option(
+        None, help="A head ablated in every training and evaluation forward (repeatable)."
+    ),
+    ablate_mode: str = typer.Option("mean", help="zero | mean (over the training set)."),
+    z: str | None = typer.Option(
+        None, help="permute (z drawn from its group's at every step) | drop (z is [PAD])."
+    ),
     json_out: JsonOpt = False,
 ):
     """Train on from a kept state of a run with something changed: an intervention on the
@@ -159,7 +169,17 @@ def branch(
             raise SelectorLensError(f"--set takes NAME=VALUE, got {item!r}")
         changes[name.strip().replace("-", "_")] = value.strip()
     child = run_branch(
-        from_, step, out, changes, reset_adam, freeze_head or [], progress=not json_out
+        from_,
+        step,
+        out,
+        changes,
+        reset_adam=reset_adam,
+        freeze_heads=freeze_head or [],
+        reinit_heads=reinit_head or [],
+        ablate_heads=ablate_head or [],
+        ablate_mode=ablate_mode,
+        z=z,
+        progress=not json_out,
     )
     info = child.info
     summary = {"run": str(child.path), "status": info["status"], **info["summary"]}

@@ -50,10 +50,18 @@ def _safe_yaml(text: str, what: str):
         raise SelectorLensError(f"{what} is not valid YAML ({e})".replace("\n", " ")) from None
 
 
+BRANCH_CHANGES = ("reset_adam", "freeze_heads", "reinit_heads", "ablate_heads", "ablate_mode", "z")
+
+
 @dataclass(frozen=True)
 class SweepSpec:
+    """`base` and `grid` of training options; with `branch` ({from: RUN, step: S}), every point
+    is a branch of that run at that step, and base and grid may also set a branch's changes
+    (`BRANCH_CHANGES`: reset_adam, freeze_heads, ablate_heads, z, ...)."""
+
     base: dict
     grid: dict
+    branch: dict | None = None
 
     @classmethod
     def load(cls, path) -> SweepSpec:
@@ -75,10 +83,19 @@ class SweepSpec:
 
     @classmethod
     def from_dict(cls, raw: dict) -> SweepSpec:
-        extra = set(raw) - {"base", "grid"}
+        extra = set(raw) - {"base", "grid", "branch"}
         if extra:
             raise SelectorLensError(
-                f"a sweep spec has keys base and grid, not {', '.join(sorted(extra))}"
+                f"a sweep spec has keys base, grid and branch, not {', '.join(sorted(extra))}"
+            )
+        branch = raw.get("branch")
+        if branch is not None and (
+            not isinstance(branch, dict)
+            or set(branch) != {"from", "step"}
+            or not isinstance(branch["step"], int)
+        ):
+            raise SelectorLensError(
+                "a sweep spec's branch is {from: RUN, step: STEP} (a step with a kept state)"
             )
         base, grid = raw.get("base") or {}, raw.get("grid") or {}
         if not isinstance(base, dict) or not isinstance(grid, dict):
@@ -92,7 +109,7 @@ class SweepSpec:
             raise SelectorLensError(
                 f"sweep spec: {', '.join(empty)} has an empty value (null); give one or leave it out"
             )
-        return cls(dict(base), grid)
+        return cls(dict(base), grid, branch)
 
     def with_grid(self, pairs: list[str]) -> SweepSpec:
         """The spec with grid options set from `key=v1,v2,...` strings (the CLI's --grid)."""
@@ -102,7 +119,7 @@ class SweepSpec:
             if not sep or not key or not values:
                 raise SelectorLensError(f"--grid takes key=v1,v2,..., got {pair!r}")
             grid[key.strip()] = [_safe_yaml(v, f"--grid {key}") for v in values.split(",")]
-        return SweepSpec.from_dict({"base": self.base, "grid": grid})
+        return SweepSpec.from_dict({"base": self.base, "grid": grid, "branch": self.branch})
 
     def points(self) -> list[dict]:
         """The grid's points (base options updated by each combination), validated."""
@@ -116,9 +133,33 @@ class SweepSpec:
             coerce({**self.base, **dict(zip(keys, combo))})
             for combo in itertools.product(*self.grid.values())
         ]
-        for p in pts:
-            from_options(p)  # one clear error before anything runs
+        for p in pts:  # one clear error before anything runs
+            from_options({k: v for k, v in p.items() if k not in BRANCH_CHANGES})
+            if not self.branch and set(p) & set(BRANCH_CHANGES):
+                raise SelectorLensError(
+                    f"{', '.join(sorted(set(p) & set(BRANCH_CHANGES)))} needs a branch: block"
+                )
         return pts
+
+    def make_branches(self, points: list[dict], outs: list[Path]) -> list[dict]:
+        """Each point as a branch of `branch["from"]` at `branch["step"]` (made once: a
+        resumed sweep finds them), and the options its run trains with."""
+        from selector_lens.runs.run import Run
+        from selector_lens.training.branch import Changes, make_branch
+
+        parent = Run.open(self.branch["from"])
+        options = []
+        for p, out in zip(points, outs):
+            if not rundir.is_run(out):
+                kw = {
+                    k: _as_heads(v) if k.endswith("_heads") else v
+                    for k, v in p.items()
+                    if k in BRANCH_CHANGES
+                }
+                change = {k: v for k, v in p.items() if k not in BRANCH_CHANGES}
+                make_branch(parent, self.branch["step"], out, Changes(options=change, **kw))
+            options.append(Run.open(out).config.options())
+        return options
 
     def run_name(self, point: dict) -> str:
         """The directory name from the grid's options, in grid order (those that vary, and k,
@@ -130,7 +171,14 @@ class SweepSpec:
         return "-".join(parts) or "run"
 
 
+def _as_heads(value) -> tuple:
+    """A spec's heads: 'L0H3' or [L0H3, L1H0]."""
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
 def _name_part(key: str, value) -> str:
+    if isinstance(value, (list, tuple)):
+        return "-".join(str(v) for v in value) or f"no_{key}"
     if isinstance(value, bool):
         return key if value else f"no_{key}"
     if isinstance(value, str):
@@ -207,12 +255,16 @@ def run_sweep(
         "grid": spec.grid,
         "points": [{"name": n, "options": p} for n, p in zip(names, points)],
     }
+    if spec.branch:
+        record["branch"] = spec.branch
     sweep_json = root / "sweep.json"
     if sweep_json.is_file() and json.loads(sweep_json.read_text())["points"] != record["points"]:
         raise SelectorLensError(f"{root} holds a different sweep; choose another directory")
     lock = rundir.Lock(root, SWEEP_LOCK, "is being swept by another process", wait)
     try:
         atomic_write_text(sweep_json, json.dumps(record, indent=1))
+        if spec.branch:
+            points = spec.make_branches(points, [root / n for n in names])
         jobs = [(p, str(root / n)) for p, n in zip(points, names)]
         return run_jobs(jobs, executor, workers, address, progress)
     finally:

@@ -53,14 +53,22 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     return cfg.lr
 
 
-def train_step(models, opts, batches: torch.Tensor, first: int, grad_clip: float) -> torch.Tensor:
-    """One AdamW step per model on next-token cross-entropy over the target tokens and EOS only.
+def train_step(
+    models, opts, batches: torch.Tensor, first: int, grad_clip: float, hooks=()
+) -> torch.Tensor:
+    """One optimizer step per model on next-token cross-entropy over the target tokens and EOS.
 
     `models` (same shape) run as one batched model through `fused.forward` on `batches`
     [models, batch, pos]; each model gets the gradient of its own loss, its own clipping and its
-    own optimizer. Returns the losses [models].
+    own optimizer. `hooks`: `hook_z` hooks of one model (a branch's ablated heads). Returns the
+    losses [models].
     """
-    logits = fused.forward(list(models), batches, positions=slice(first, -1))  # [M, B, P, V]
+    if hooks:
+        (model,) = models
+        logits = fused.forward(model, batches[0], fwd_hooks=hooks, positions=slice(first, -1))
+        logits = logits.unsqueeze(0)
+    else:
+        logits = fused.forward(list(models), batches, positions=slice(first, -1))  # [M, B, P, V]
     targets = batches[:, :, first + 1 :]
     losses = (
         torch.nn.functional.cross_entropy(
@@ -149,6 +157,17 @@ def _state_checksum(state: dict) -> str:
     return tensors_checksum(tensors) + ":" + json.dumps(head, sort_keys=True, default=str)
 
 
+def make_optimizer(cfg: TrainConfig, params) -> torch.optim.Optimizer:
+    """AdamW (the paper's) or SGD with momentum, as `cfg` says."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(
+            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        )
+    return torch.optim.AdamW(
+        params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay
+    )
+
+
 def read_state(path: Path, cfg: TrainConfig, device="cpu", out=None) -> dict:
     """A saved training state, checked: read with `weights_only=True` (a pickle with code is
     refused, never run), its checksum (states before checksums have none), and the settings it
@@ -176,10 +195,17 @@ def read_state(path: Path, cfg: TrainConfig, device="cpu", out=None) -> dict:
     return state
 
 
-def state_for(cfg: TrainConfig, state: dict) -> dict:
-    """`state` as a run under `cfg` would have saved it (its settings, a new checksum): a
-    branch's starting state."""
-    new = {**state, "settings": _settings(cfg)}
+def state_for(cfg: TrainConfig, state: dict, fresh: bool = False) -> dict:
+    """`state` as a run under `cfg` would have saved it: a branch's starting state. Its
+    optimizer's hyperparameters (weight decay, betas, momentum) are `cfg`'s; `fresh`, or another
+    optimizer: no moments, as a new optimizer starts. New settings, new checksum."""
+    defaults = make_optimizer(cfg, [torch.nn.Parameter(torch.zeros(1))]).defaults
+    optimizer = state["optimizer"]
+    if fresh or cfg.optimizer != state.get("settings", {}).get("optimizer", "adamw"):
+        optimizer = {"state": {}, "param_groups": optimizer["param_groups"]}
+    groups = [{**g, **defaults, "params": g["params"]} for g in optimizer["param_groups"]]
+    new = {**state, "optimizer": {**optimizer, "param_groups": groups}}
+    new["settings"] = _settings(cfg)
     new["checksum"] = _state_checksum(new)
     return new
 
@@ -195,6 +221,49 @@ def frozen_slices(model, heads) -> list[tuple[torch.nn.Parameter, int, torch.Ten
             p = getattr(attn, name)
             out.append((p, head, p.detach()[head].clone()))
     return out
+
+
+Z_CHANGES = ("permute", "drop")
+
+
+def without_z(tokens, index, task, mode: str, seed: int, step: int) -> torch.Tensor:
+    """The batch `tokens[index]` with the selector's information taken away (a branch's `z`).
+    "permute": each example's z is that of a random example of its own group (base), drawn
+    afresh at every step, seeded by the seed and the step (a resumed branch draws the same):
+    z no longer says which target follows. "drop": every z token is [PAD]."""
+    from selector_lens.task.vocab import PAD
+
+    batch = tokens[index]  # a copy: advanced indexing
+    pos = torch.tensor(task.z_positions, device=batch.device)
+    if mode == "drop":
+        batch[:, pos] = PAD
+        return batch
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    pick = torch.randint(task.k, (len(index),), generator=g).to(index.device)
+    source = (index // task.k) * task.k + pick
+    batch[:, pos] = tokens[source][:, pos]
+    return batch
+
+
+def branch_ablation(run: Run, record: dict, cfg: TrainConfig):
+    """A branch's ablated heads (`HeadAblation`, zero or mean) from its run.json record, the
+    means read from the values the branch stored when it was made; None without."""
+    heads = [parse_head(h, cfg.model) for h in record.get("ablate_heads", [])]
+    if not heads:
+        return None
+    from safetensors.torch import load_file
+
+    from selector_lens.analysis.ablation import HeadAblation, head_label
+
+    mode = record.get("ablate_mode", "mean")
+    values = {}
+    if mode == "mean":
+        stored = load_file(str(run.path / ABLATION_VALUES))
+        values = {(layer, head): stored[head_label(layer, head)] for layer, head in heads}
+    return HeadAblation(heads, mode, values)
+
+
+ABLATION_VALUES = "ablation.safetensors"  # a branch's mean head outputs, fixed at the branch
 
 
 def batch_key(cfg: TrainConfig) -> tuple:
@@ -240,10 +309,13 @@ def train_many(
         first, clip = cfgs[0].task.first_target_pos, cfgs[0].grad_clip
         active = [s for s in states if not s.done]
         while active:
-            by_rows: dict[int, list] = {}  # an epoch's last batch is short when D % batch != 0
+            # one batched step per batch length (an epoch's last batch is short when D % batch
+            # != 0); a run with hooks (ablated heads) steps on its own
+            by_rows: dict[tuple, list] = {}
             for s in active:
                 batch = s.next_batch()
-                by_rows.setdefault(len(batch), []).append((s, batch))
+                key = (len(batch), id(s) if s.hooks else None)
+                by_rows.setdefault(key, []).append((s, batch))
             for members in by_rows.values():
                 losses = train_step(
                     [s.model for s, _ in members],
@@ -251,6 +323,7 @@ def train_many(
                     torch.stack([b for _, b in members]),
                     first,
                     clip,
+                    members[0][0].hooks,
                 )
                 for (s, _), loss in zip(members, losses):
                     s.after_step(loss)
@@ -285,12 +358,7 @@ class _RunState:
         self.task = cfg.task
         self.chash = config_hash(self.task, cfg.model)
         self.model = build_model(cfg.model, self.task, cfg.seed, device)
-        self.opt = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=cfg.lr,
-            betas=(cfg.beta1, cfg.beta2),
-            weight_decay=cfg.weight_decay,
-        )
+        self.opt = make_optimizer(cfg, self.model.parameters())
         self.eval_set = self.run.eval_set()  # a resumed run keeps the groups it recorded
         if self.task.parity == "paper":
             from selector_lens.model.adapter import rng_after_init
@@ -314,6 +382,16 @@ class _RunState:
             self._refuse_lost_state()
             self.rows = []
             metrics_path.write_text("")
+        # a branch's interventions (run.json "branch"), on the weights it starts from
+        record = self.run.info.get(rundir.BRANCH) or {}
+        heads = [parse_head(h, cfg.model) for h in record.get("freeze_heads", [])]
+        self.frozen = frozen_slices(self.model, heads)
+        self.z_mode = record.get("z")
+        self.ablation = branch_ablation(self.run, record, cfg)
+        none = torch.empty(0, dtype=torch.long)  # zero and mean act alike on every example
+        hooks = self.ablation.hooks(none, 0) if self.ablation else []
+        # on a copy: the attention kernel's output, which its backward reads, stays as it was
+        self.hooks = [(name, lambda z, hook, fn=fn: fn(z.clone(), hook)) for name, fn in hooks]
         # the state checked: run.json takes this resume's budget and device, and says running
         rundir.update(out, config=cfg.to_dict(), status=rundir.RUNNING)
         self.streak = 0
@@ -327,8 +405,6 @@ class _RunState:
             self.checkpoint(0)
         self.bar = _Progress(cfg, self.step) if progress else None
         self.model.train()
-        frozen = (self.run.info.get(rundir.BRANCH) or {}).get("freeze_heads", [])
-        self.frozen = frozen_slices(self.model, [parse_head(h, cfg.model) for h in frozen])
         self.stopped = (
             cfg.early_stop and self.streak >= cfg.early_stop_evals
         )  # resuming an early-stopped run
@@ -360,11 +436,15 @@ class _RunState:
         return self.stopped or self.step >= self.cfg.steps
 
     def next_batch(self) -> torch.Tensor:
-        """Advance to the next step: set its learning rate, return its examples."""
+        """Advance to the next step: set its learning rate, return its examples (a branch's
+        `z` change applied)."""
         self.step += 1
         for group in self.opt.param_groups:
             group["lr"] = lr_at(self.cfg, self.step)
-        return self.tokens[self.order.indices(self.step).to(self.device)]
+        index = self.order.indices(self.step).to(self.device)
+        if self.z_mode:
+            return without_z(self.tokens, index, self.task, self.z_mode, self.cfg.seed, self.step)
+        return self.tokens[index]
 
     def after_step(self, loss: torch.Tensor) -> None:
         cfg, step = self.cfg, self.step
@@ -389,7 +469,7 @@ class _RunState:
             "examples_seen": self.order.examples_seen(step),
             "lr": lr_at(self.cfg, max(step, 1)),
         }
-        row.update(evaluate(self.model, self.eval_set))
+        row.update(evaluate(self.model, self.eval_set, intervention=self.ablation))
         if not math.isfinite(row["loss"]):  # diverged: a NaN row would poison every summary
             raise SelectorLensError(
                 f"{self.out} diverged: loss {row['loss']} at step {step} (lr {self.cfg.lr}); "
