@@ -309,8 +309,18 @@ NAME_ORDER = (
     "z_groups",
     "schedule",
     "early_stop_acc",
+    "optimizer",
+    "momentum",
+    "state_every",
 )
-SHORT = {"batch_size": "bs", "z_length": "z", "z_groups": "g", "early_stop_acc": "acc"}
+SHORT = {
+    "batch_size": "bs",
+    "z_length": "z",
+    "z_groups": "g",
+    "early_stop_acc": "acc",
+    "momentum": "mom",
+    "state_every": "st",
+}
 
 
 def run_name(options: dict) -> str:

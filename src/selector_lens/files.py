@@ -46,17 +46,19 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: tmp.write_bytes(data), len(data))
 
 
-def sha256_sums(folder: Path, under: str) -> dict[str, str]:
-    """sha256 of every file below `folder/under`, by its path relative to `folder`."""
+def sha256_sums(folder: Path, under: str | tuple[str, ...]) -> dict[str, str]:
+    """sha256 of every file below `folder/under` (one subfolder or several; one that is not
+    there has none), by its path relative to `folder`."""
     folder = Path(folder)
     return {
         str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted((folder / under).rglob("*"))
+        for sub in ((under,) if isinstance(under, str) else under)
+        for p in sorted((folder / sub).rglob("*"))
         if p.is_file() and not p.name.startswith(".")
     }
 
 
-def check_sums(folder: Path, sums_file: str, under: str) -> None:
+def check_sums(folder: Path, sums_file: str, under: str | tuple[str, ...]) -> None:
     """One clear error naming the files below `folder/under` that differ from, or are missing
     in or absent from, the sums `folder/sums_file` records."""
     recorded = read_json(Path(folder) / sums_file)

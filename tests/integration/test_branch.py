@@ -36,8 +36,9 @@ def test_a_branch_with_no_change_continues_bit_for_bit(parent, tmp_path):
     for step in (20, 40, 60):
         assert tensors_checksum(weights(child, step)) == tensors_checksum(weights(parent, step))
     info = child.info["branch"]
+    assert (child.path / info["parent"]).resolve() == parent.path.resolve()  # relative to it
     assert info == {
-        "parent": str(parent.path.resolve()),
+        "parent": info["parent"],
         "step": 20,
         "changes": {},
         "reset_adam": False,
@@ -183,12 +184,12 @@ def test_branches_train_together_and_match_branching_one_by_one(parent, tmp_path
 def test_lineage_walks_back_to_the_root(parent, tmp_path):
     child = sl.branch(parent, 20, tmp_path / "c", {"lr": "2e-3"})
     grandchild = sl.branch(child, 40, tmp_path / "g", {"lr": "1e-3"})
-    assert [(r.path, s) for r, s in grandchild.lineage] == [
-        (parent.path, None),
-        (child.path, 20),
-        (grandchild.path, 40),
+    assert [(r.path.resolve(), s) for r, s in grandchild.lineage] == [
+        (parent.path.resolve(), None),
+        (child.path.resolve(), 20),
+        (grandchild.path.resolve(), 40),
     ]
-    assert grandchild.parent.path == child.path and parent.parent is None
+    assert grandchild.parent.path == child.path.resolve() and parent.parent is None
     assert grandchild.metric_rows()[:3] == parent.metric_rows()[:3]  # the root's history
 
 
@@ -285,7 +286,8 @@ def test_a_sweep_spec_branch_block_grids_over_changes_and_seeds(parent, tmp_path
     child = sl.Run.open(tmp_path / "sw" / "L0H0-seed2")
     record = child.info["branch"]
     assert record["step"] == 40 and record["freeze_heads"] == ["L0H0"] and record["reset_adam"]
-    assert child.config.seed == 2 and [r for r, _ in child.lineage][0].path == parent.path
+    assert child.config.seed == 2
+    assert [r for r, _ in child.lineage][0].path == parent.path.resolve()
     again = run_sweep(spec, tmp_path / "sw", executor="batched")  # made once, then finished
     assert [r["outcome"] for r in again] == ["skipped"] * 4
     with pytest.raises(sl.SelectorLensError, match="needs a branch: block"):

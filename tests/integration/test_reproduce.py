@@ -12,7 +12,7 @@ from selector_lens.paper import studies, verdicts
 from selector_lens.paper.presets import pool, study_runs
 from selector_lens.paper.publish import publish
 from selector_lens.paper.studies import reproduce
-from selector_lens.runs.store import SUMS
+from selector_lens.runs.store import PUBLISHED, SUMS
 from tests.helpers import cli
 
 VERDICTS = {"reproduced", "partly", "not reproduced", "no result"}
@@ -39,12 +39,14 @@ def report(tmp_path_factory):
 
 def test_every_claim_has_paper_ours_verdict_and_settings(report):
     root, summary = report
-    # 7 twice (ours, parity); 8 and one sub-claim per alternative mechanism
-    assert [c["number"] for c in summary["claims"]] == [1, 2, 3, 4, 5, 6, 7, 7] + [8] * 8
+    # 4 and 7 again by intervention (branches), 7 with the paper's code (parity); 8 and one
+    # sub-claim per alternative mechanism
+    assert [c["number"] for c in summary["claims"]] == [1, 2, 3, 4, 4, 5, 6, 7, 7, 7] + [8] * 8
     for c in summary["claims"]:
         assert c["verdict"] in VERDICTS and c["paper"] and c["ours"] and c["settings"]
     page = (root / "report.html").read_text()
-    assert page.count("<tr>") == 17 and "Falsified alternatives" in page and "code (parity)" in page
+    assert page.count("<tr>") == 19 and "Falsified alternatives" in page and "code (parity)" in page
+    assert "by intervention: is the routing head necessary?" in page
     assert json.loads((root / "report.json").read_text())["claims"] == summary["claims"]
 
 
@@ -92,6 +94,20 @@ def test_report_numbers_come_from_the_study_outputs(report):
     assert all(r["faster"] in ("forward", "reverse", "neither") for r in asym["per_k"])
     assert set(asym["curves"]) == {"paper", "ours"}
     assert "by the paper's timing" in claims[6]["ours"]
+    # the branching studies: each row is a branch's own τ, under <root>/branches/<parent>/
+    iv = json.loads((root / "interventions" / "interventions.json").read_text())
+    for part in ("necessity", "noise"):
+        for r in iv[part]["rows"]:
+            branch = root / "branches" / iv[part]["parent"] / f"step{r['step']}" / r["run"]
+            assert sl.Run.open(branch).tau() == r["tau"]
+    assert {r["change"] for r in iv["noise"]["rows"]} == {
+        "no change",
+        "lr x0.25",
+        "lr x0.5",
+        "lr x2",
+        "lr x4",
+        "batch x4",
+    }
     sharing = json.loads((root / "sharing" / "sharing.json").read_text())
     assert [r["z_groups"] for r in sharing["runs"]] == [1, 4]
     eight = [c for c in summary["claims"] if c["number"] == 8]
@@ -160,7 +176,7 @@ def test_the_report_rebuilds_from_published_files_alone(report, tmp_path):
     shutil.rmtree(pub / "runs" / top)
     with pytest.raises(sl.SelectorLensError, match=f"missing: runs/{top}/"):
         reproduce(None, output=tmp_path / "x.html", from_=pub)  # a run taken away is named
-    write_json(pub / SUMS, sha256_sums(pub, "runs"))  # as if published without it
+    write_json(pub / SUMS, sha256_sums(pub, PUBLISHED))  # as if published without it
     out = cli("reproduce", "--from", str(pub), "--only", "noise", "--json")
     assert out.returncode == 0, out.stderr
     (four,) = [c for c in json.loads(out.stdout)["claims"] if c["number"] == 4]

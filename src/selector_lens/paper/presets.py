@@ -191,6 +191,33 @@ PRESETS = {
     # claim 8, gradient cancellation: G super-groups of bases, each with its own K selectors
     # (z_groups); G = 1 is the baseline. Cancellation across the groups sharing a z predicts τ
     # about linear in G; the paper measures an exponent of ~0.02.
+    # interventions on the dynamics: parents whose training states are kept (branch points near
+    # 0.25 and 0.75 τ of the K = 10 baseline, 0.5 τ of K = 20), default stop (their post phase)
+    "interventions": {
+        "cpu": {
+            "base": {
+                "k": 5,
+                "n_bases": 800,
+                "steps": 6000,
+                "eval_every": 25,
+                "ckpt_every": 50,
+                "state_every": 50,
+                "seed": 42,
+            },
+            "necessity": {"k": [5]},
+            "noise": {"k": [5]},
+        },
+        "paper": {
+            "base": {"n_bases": 1000, "seed": 42},
+            "necessity": {"k": [10], "state_every": [50]},
+            "noise": {"k": [20], "state_every": [100]},
+        },
+        "tiny": {
+            "base": {**TINY_RUN, "steps": 200, "ckpt_every": 10, "state_every": 10},
+            "necessity": {"seed": [1]},
+            "noise": {"seed": [1]},
+        },
+    },
     "sharing": {
         "cpu": {
             "base": {
@@ -218,6 +245,10 @@ PRESETS = {
 # K = 20, n_bases = 1000 run; `sample_sweep`: subsample sizes at one checkpoint (mid), up to the
 # whole dataset (None), to see how λmin and the ratio move with the sample; `convergence`: the
 # same checkpoint once more with other settings (more Lanczos steps), for λmin after each step.
+# The branching studies (`studies.interventions`): a parent per study, trained with its training
+# states kept, and the batch-order seeds of its branches.
+INTERVENTION_SEEDS = {"cpu": (1, 2, 3), "paper": (1, 2, 3), "tiny": (1,)}
+
 GEOMETRY = {
     "cpu": {"sample": 512, "power_iters": 20, "lanczos_iters": 20, "top_k": 5, "noise_batches": 8},
     "paper": {
@@ -281,6 +312,10 @@ PAPER_CUTS = [
     "a run that never escapes within it is reported as 'no escape within N steps'",
     "gradient cancellation (claim 8): τ at G = 1, 4, 20, 100 super-groups of the K = 10 baseline, one "
     "seed",
+    "interventions: parents K = 10 (training states every 50 steps) and K = 20 (every 100); from "
+    "them 2 x 5 branches (K = 10, at the states nearest 0.25 and 0.75 τ) and 6 (K = 20, at 0.5 τ), "
+    "3 batch-order seeds each, each to at most 3 x the parent's τ: the branches are not in this "
+    "estimate (at most ~25 h of one worker, every branch run to its budget)",
     "Hessian: 2,048-example subsample (the paper's batch), 20 power and 30 Lanczos iterations, at "
     "pre / mid / post of seed 42 and of K = 20; also 512 and all 10,000 examples at seed 42's mid, and "
     "512 examples with 120 Lanczos iterations there (is 30 enough?)",
@@ -410,7 +445,11 @@ def study_runs(scale: str) -> dict[str, dict[str, dict]]:
         accuracy = {
             n for members in out.values() for n, o in members.items() if "early_stop_acc" in o
         }
-        full = set(out["seeds"]) | parity | lr | accuracy | set(GEOMETRY[scale].get("also", []))
+        branched = {
+            n for key, members in out.items() if key.startswith("interventions/") for n in members
+        }
+        full = set(out["seeds"]) | parity | lr | accuracy | branched
+        full |= set(GEOMETRY[scale].get("also", []))
         out = {
             key: {n: o if n in full else {**o, **FAST_STOP} for n, o in members.items()}
             for key, members in out.items()

@@ -19,7 +19,7 @@ from selector_lens.errors import SelectorLensError
 from selector_lens.files import atomic_write, sha256_sums, write_json
 from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
-from selector_lens.runs.store import MANIFEST, STORE_DIR, SUMS, checkpoint_checksum
+from selector_lens.runs.store import MANIFEST, PUBLISHED, STORE_DIR, SUMS, checkpoint_checksum
 
 LIMIT_MB = 25
 
@@ -87,7 +87,11 @@ def publish(root, dest, scale: str | None = None, output=None) -> dict:
             done.append(path.name)
         else:
             pending.append(path.name)
-    write_json(dest / SUMS, sha256_sums(dest, "runs"))  # what `reproduce --from` checks
+    branches = root / "branches"  # the studies' branches of some runs, in the same tree shape
+    for path in sorted(branches.rglob(rundir.RUN_JSON)) if branches.is_dir() else []:
+        if rundir.is_done(path.parent):
+            publish_run(Run.open(path.parent), dest / path.parent.relative_to(root))
+    write_json(dest / SUMS, sha256_sums(dest, PUBLISHED))  # what `reproduce --from` checks
     if scale is None:
         scale = (
             json.loads((root / "report.json").read_text())["scale"]

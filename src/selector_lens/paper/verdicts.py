@@ -334,3 +334,47 @@ def asymmetry(per_k: dict) -> str:
         else:
             checks.append(None)
     return _of(checks) if checks else NO_RESULT
+
+
+# --- interventions on the dynamics (branches) -----------------------------------------------------
+
+
+def necessity(rows: list[dict]) -> str:
+    """Is the routing head necessary for the escape? Per branch point (`step`), from one row per
+    branch {step, change, escaped, shift}: the routing head's freeze and ablate branches never
+    escape, or escape later than every control branch (no change, the least-used head frozen or
+    ablated) (holds); they all escape no later than the latest control (fails); else None. A
+    control that never escapes voids its point (None). Over the points: `_of`. No routing
+    branch: no result."""
+    checks = []
+    for step in sorted({r["step"] for r in rows}):
+        here = [r for r in rows if r["step"] == step]
+        routing = [r for r in here if "routing" in r["change"]]
+        controls = [r for r in here if "routing" not in r["change"]]
+        if not routing or not controls:
+            continue
+        if not all(r["escaped"] for r in controls):
+            checks.append(None)
+            continue
+        latest = max(r["shift"] for r in controls)
+        later = [not r["escaped"] or r["shift"] > latest for r in routing]
+        checks.append(True if all(later) else False if not any(later) else None)
+    return _of(checks) if checks else NO_RESULT
+
+
+def noise_holds(rows: list[dict]) -> str:
+    """Does gradient noise hold the plateau? From one row per branch {noise_scale, remaining,
+    escaped, budget, step}: the remaining waiting time grows with the noise scale η / B
+    (`monotone` over the kinds ordered by it, at the seed-to-seed scatter; a branch that never
+    escaped counts its budget, a lower bound). Yes: reproduced; a step down beyond the scatter:
+    not reproduced; else partly. Fewer than two kinds: no result."""
+    kinds: dict[float, list[float]] = {}
+    for r in rows:
+        remaining = r["remaining"] if r["escaped"] else r["budget"] - r["step"]
+        kinds.setdefault(r["noise_scale"], []).append(remaining)
+    if len(kinds) < 2:
+        return NO_RESULT
+    scatter = max((max(v) / min(v) for v in kinds.values() if min(v) > 0), default=1.0)
+    means = [float(sum(v) / len(v)) for _, v in sorted(kinds.items())]
+    grows = monotone(means, max(scatter, 1.0))
+    return REPRODUCED if grows else NOT_REPRODUCED if grows is False else PARTLY

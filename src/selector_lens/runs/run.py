@@ -96,11 +96,12 @@ class Run:
         record = self.info.get(rundir.BRANCH)
         if not record:
             return None
-        if not rundir.is_run(Path(record["parent"])):
+        path = (self.path / record["parent"]).resolve()  # relative to this run (or absolute)
+        if not rundir.is_run(path):
             raise SelectorLensError(
-                f"{self.path} branched from {record['parent']}, which is not a run directory now"
+                f"{self.path} branched from {path}, which is not a run directory now"
             )
-        return Run.open(record["parent"], self.progress)
+        return Run.open(path, self.progress)
 
     @property
     def lineage(self) -> list[tuple[Run, int | None]]:

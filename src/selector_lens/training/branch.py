@@ -135,8 +135,8 @@ def make_branch(parent: Run, step: int, out, changes: Changes) -> TrainConfig:
             f"ablation during training is zero or mean, got {changes.ablate_mode!r} "
             f"(evaluation also has {', '.join(m for m in MODES if m not in ('zero', 'mean'))})"
         )
-    record = {
-        "parent": str(parent.path.resolve()),
+    record = {  # the parent relative to the branch: a tree moved or published whole keeps it
+        "parent": os.path.relpath(parent.path.resolve(), out.resolve()),
         "step": step,
         "changes": changes.options,
         "reset_adam": changes.reset_adam,
@@ -253,7 +253,9 @@ def branches(run, step: int, out, specs, seeds=None) -> list[Run]:
         for seed in seeds or [parent.config.seed]:
             one = Changes(**{**asdict(spec), "options": {**spec.options, "seed": seed}})
             where = Path(out) / f"{spec.label}-s{seed}"
-            made.append((make_branch(parent, step, where, one), where))
+            made_before = rundir.is_run(where)  # a branch made earlier: trained on, not remade
+            cfg = Run.open(where).config if made_before else make_branch(parent, step, where, one)
+            made.append((cfg, where))
     groups: dict[tuple, list] = {}
     for cfg, where in made:
         groups.setdefault(batch_key(cfg), []).append((cfg, where))

@@ -115,6 +115,42 @@ def estimators(rows: list[dict]) -> go.Figure:
     return fig
 
 
+def branch_times(rows: list[dict], part: str, tau: int) -> go.Figure:
+    """A branching study's summary (`studies.interventions.summary`): per kind of branch, the
+    mean τ shift (necessity) or steps left to τ (noise, against η / B) over seeds, the range as
+    error bars; kinds where no seed escaped are marked at 0 with their count."""
+    value = "shift" if part == "necessity" else "remaining"
+    fig = go.Figure()
+    groups = sorted({r.get("step") for r in rows}, key=lambda s: (s is None, s))
+    for step in groups:
+        here = [r for r in rows if r.get("step") == step]
+        if part == "noise":
+            here = sorted(here, key=lambda r: r["noise_scale"])
+        y = [r[value] if r[value] is not None else 0 for r in here]
+        lo = [r[value] - r[f"{value}_range"][0] if r[value] is not None else 0 for r in here]
+        hi = [r[f"{value}_range"][1] - r[value] if r[value] is not None else 0 for r in here]
+        fig.add_scatter(
+            x=[r["change"] for r in here],
+            y=y,
+            error_y={"type": "data", "array": hi, "arrayminus": lo},
+            mode="markers",
+            name=f"from step {step}" if step is not None else value,
+            text=[f"{r['escaped']}/{r['seeds']} escaped" for r in here],
+            hovertemplate="%{x}: %{y} (%{text})<extra></extra>",
+        )
+    title = (
+        f"Branches: τ shift from the parent's ({tau})"
+        if part == "necessity"
+        else "Branches from mid-plateau: steps left to τ, by noise η / B (ascending)"
+    )
+    fig.update_layout(
+        title=title,
+        xaxis_title="branch",
+        yaxis_title="steps (0 where no seed escaped)",
+    )
+    return fig
+
+
 def noise_taus(lr, batch) -> go.Figure:
     """Claim 4: τ against lr (batch fixed) and against batch (lr fixed), by each definition the
     rows carry (`run_table` rows sorted by lr and by batch size; `window` where the study adds

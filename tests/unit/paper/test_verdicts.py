@@ -314,3 +314,57 @@ def test_faster(ratios, want):
 )
 def test_asymmetry(per_k, want):
     assert v.asymmetry(per_k) == want
+
+
+def branch_row(change, shift, step=100, escaped=True):
+    return {"step": step, "change": change, "shift": shift, "escaped": escaped}
+
+
+CONTROLS = [branch_row("no change", 0), branch_row("freeze control", 20)]
+
+
+@pytest.mark.parametrize(
+    "rows,want",
+    [
+        (CONTROLS + [branch_row("freeze routing", 0, escaped=False)], REPRODUCED),
+        (CONTROLS + [branch_row("ablate routing", 50)], REPRODUCED),  # later than every control
+        (CONTROLS + [branch_row("ablate routing", 10)], NOT_REPRODUCED),  # within the controls
+        (
+            CONTROLS + [branch_row("freeze routing", 50), branch_row("ablate routing", 10)],
+            PARTLY,
+        ),
+        (
+            [branch_row("no change", 0, escaped=False), branch_row("freeze routing", 50)],
+            PARTLY,
+        ),  # a control that never escapes voids the test
+        (CONTROLS, NO_RESULT),
+    ],
+)
+def test_necessity(rows, want):
+    assert v.necessity(rows) == want
+
+
+def noise_row(scale, remaining, escaped=True):
+    return {
+        "noise_scale": scale,
+        "remaining": remaining,
+        "escaped": escaped,
+        "budget": 3000,
+        "step": 500,
+    }
+
+
+@pytest.mark.parametrize(
+    "rows,want",
+    [
+        (
+            [noise_row(1, 500), noise_row(1, 550), noise_row(4, 1500), noise_row(16, 0, False)],
+            REPRODUCED,
+        ),
+        ([noise_row(1, 1500), noise_row(4, 500)], NOT_REPRODUCED),  # more noise, sooner out
+        ([noise_row(1, 500), noise_row(1, 700), noise_row(4, 650)], PARTLY),  # within the scatter
+        ([noise_row(1, 500)], NO_RESULT),
+    ],
+)
+def test_noise_holds(rows, want):
+    assert v.noise_holds(rows) == want

@@ -19,10 +19,11 @@ from selector_lens.paper.studies.base import (
     pending,
     seed_runs,
 )
+from selector_lens.paper.studies.interventions import interventions
 from selector_lens.paper.studies.paper_code import parity_study
 from selector_lens.paper.studies.seeds import cascade_study, collective, geometry, marginal_first
 from selector_lens.paper.studies.sweeps import asymmetry, noise, scaling
-from selector_lens.runs.store import SUMS
+from selector_lens.runs.store import PUBLISHED, SUMS
 
 
 # --- the report ----------------------------------------------------------------------------------
@@ -51,7 +52,7 @@ def reproduce(
         root = Path(from_)
         if not (root / "runs").is_dir():
             raise SelectorLensError(f"{root} holds no published runs (no runs/ folder)")
-        check_sums(root, SUMS, "runs")  # a published value edited by hand is named, not read
+        check_sums(root, SUMS, PUBLISHED)  # a published value edited by hand is named, not read
         published = root / "report.json"
         if published.is_file() and scale is None:
             scale = json.loads(published.read_text())["scale"]
@@ -128,6 +129,7 @@ def reproduce(
     timed("noise", noise, setup)
     timed("asymmetry", asymmetry, setup)
     timed("sharing", sharing, setup)
+    timed("interventions", interventions, setup)
     timed("alternatives", alternatives, setup, studies, runs)
     wall = time.perf_counter() - t0
     shown = [n for n in studies if n != "sharing"]  # its claim and figure are claim 8's
@@ -152,6 +154,7 @@ def reproduce(
         "asymmetry",
         "cascade",
         "parity",
+        "interventions",
         "alternatives",
     ]
     write_report(output, summary, claims, [studies[n] for n in order], root)
@@ -159,7 +162,13 @@ def reproduce(
     return summary
 
 
-STUDY_FUNCS = {"scaling": scaling, "noise": noise, "asymmetry": asymmetry, "sharing": sharing}
+STUDY_FUNCS = {
+    "scaling": scaling,
+    "noise": noise,
+    "asymmetry": asymmetry,
+    "sharing": sharing,
+    "interventions": interventions,
+}
 STUDY_CLAIM = {
     "training": 0,
     "marginal_first": 1,
@@ -171,6 +180,7 @@ STUDY_CLAIM = {
     "cascade": 7,
     "parity": 7,
     "sharing": 8,
+    "interventions": 7,
     "alternatives": 8,
 }
 

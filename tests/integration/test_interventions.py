@@ -1,0 +1,58 @@
+"""The two branching studies on a tiny parent: their tables come from the branches' own logs."""
+
+import pytest
+
+import selector_lens as sl
+from selector_lens.paper import verdicts
+from selector_lens.paper.studies import interventions as iv
+from tests.helpers import tiny
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory):
+    out = tmp_path_factory.mktemp("iv") / "parent"
+    run = sl.train(tiny(steps=200, ckpt_every=10, state_every=10), out=out)
+    assert run.tau(), "the tiny parent must transition"
+    return run
+
+
+def test_necessity_table_branches_at_both_points_with_controls(parent, tmp_path):
+    rows = iv.necessity_table(parent, tmp_path / "nec", seeds=(1, 2))
+    tau = parent.tau()
+    steps = sorted({r["step"] for r in rows})
+    assert steps == [iv.nearest_state(parent, f * tau) for f in iv.NECESSITY_FRACTIONS]
+    kinds = {r["change"] for r in rows}
+    assert kinds == {
+        "no change",
+        "freeze routing",
+        "ablate routing",
+        "freeze control",
+        "ablate control",
+    }
+    assert len(rows) == 2 * 5 * 2
+    for r in rows:  # each row is its branch's own τ
+        run = sl.Run.open(tmp_path / "nec" / f"step{r['step']}" / r["run"])
+        assert run.tau() == r["tau"] and run.info["branch"]["step"] == r["step"]
+        assert r["shift"] == (None if r["tau"] is None else r["tau"] - tau)
+    routing = next(r for r in rows if r["change"] == "freeze routing")
+    assert sl.Run.open(tmp_path / "nec" / f"step{routing['step']}" / routing["run"]).info["branch"][
+        "freeze_heads"
+    ] == [routing["head"]]
+    assert verdicts.necessity(rows) in verdicts.VERDICTS
+    again = iv.necessity_table(parent, tmp_path / "nec", seeds=(1, 2), train=False)
+    assert again == rows  # read back from the published logs alone
+    table = iv.summary(rows)
+    assert len(table) == 10 and all(t["seeds"] == 2 for t in table)
+
+
+def test_noise_table_scales_lr_and_batch(parent, tmp_path):
+    rows = iv.noise_table(parent, tmp_path / "noise", seeds=(1,))
+    cfg = parent.config
+    by = {r["change"]: r for r in rows}
+    assert by["lr x4"]["noise_scale"] == pytest.approx(4 * cfg.lr / cfg.batch_size)
+    assert by["batch x4"]["noise_scale"] == pytest.approx(cfg.lr / (4 * cfg.batch_size))
+    run = sl.Run.open(tmp_path / "noise" / f"step{by['batch x4']['step']}" / by["batch x4"]["run"])
+    assert run.config.batch_size == 4 * cfg.batch_size
+    for r in rows:
+        assert r["remaining"] == (None if r["tau"] is None else r["tau"] - r["step"])
+    assert verdicts.noise_holds(rows) in verdicts.VERDICTS
