@@ -294,3 +294,33 @@ def test_a_sweep_spec_branch_block_grids_over_changes_and_seeds(parent, tmp_path
         SweepSpec.from_dict({"grid": {"z": ["drop"]}}).points()
     with pytest.raises(sl.SelectorLensError, match=r"branch is \{from: RUN, step: STEP\}"):
         SweepSpec.from_dict({"branch": {"from": "x"}, "grid": {}})
+
+
+def test_the_dashboard_finds_a_parents_branches_and_overlays_them(parent, tmp_path):
+    # a copy of the parent's tree, so only this test's branches sit beside it
+    import shutil
+
+    from selector_lens.analysis.tables import gather
+    from selector_lens.viz.dashboard import run_dashboard
+
+    root = tmp_path / "tree"
+    shutil.copytree(parent.path, root / "p")
+    mine = sl.Run.open(root / "p")
+    a = sl.branch(mine, 20, root / "a", lr="1e-2", steps=40)
+    b = sl.branch(mine, 40, root / "b", freeze_heads=["L1H1"])
+    assert [c.path.name for c in mine.children()] == ["a", "b"]
+    assert a.children() == [] and [c.path.name for c in b.parent.children()] == ["a", "b"]
+    t = gather(mine, ablation=False, patch_steps=0, explorer_steps=0, lens_steps=0)
+    (first, second) = t.branches
+    assert first["step"] == 20 and first["label"] == "lr=1e-2, steps=40" and first["rows"][0]["step"] == 20
+    assert second["heads"] == ["L1H1"] and second["label"] == "freeze L1H1"
+    from selector_lens.viz import figures
+
+    fig = figures.branch_overlay(t.metrics, t.branches, t.log_k)
+    names = [d.name for d in fig.data]
+    assert "parent" in names and any(n.startswith("b (step 40: freeze L1H1)") for n in names)
+    assert "L1H1: parent" in names  # the changed head's attention, the parent's beside it
+    page = run_dashboard(mine, tmp_path / "d.html").read_text()
+    assert "Branches of this run" in page
+    child = gather(b, ablation=False, patch_steps=0, explorer_steps=0, lens_steps=0)
+    assert dict(child.summary)["branched from"].endswith("at step 40")

@@ -41,8 +41,27 @@ class RunTables:
     representations: object = None  # representation_stats
     explorer: dict | None = None  # {step: [layer, head, query, key]} of one example
     example: int = 0
+    branches: list[dict] = field(default_factory=list)  # children: name, step, label, metrics
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # time spent on each table
+
+
+def _branch_curves(child) -> dict:
+    """A child run's curves from its branch step on, and what it changed (a legend label)."""
+    record = child.info["branch"]
+    changed = [f"{k}={v}" for k, v in record.get("changes", {}).items()]
+    changed += ["reset-adam"] * bool(record.get("reset_adam"))
+    for kind in ("freeze", "reinit", "ablate"):
+        changed += [f"{kind} {h}" for h in record.get(f"{kind}_heads", [])]
+    changed += [f"z {record['z']}"] if record.get("z") else []
+    heads = [h for kind in ("freeze", "reinit", "ablate") for h in record.get(f"{kind}_heads", [])]
+    return {
+        "name": child.path.name,
+        "step": record["step"],
+        "label": ", ".join(changed) or "no change",
+        "heads": heads,
+        "rows": [r for r in child.metric_rows() if r["step"] >= record["step"]],
+    }
 
 
 def gather(
@@ -96,6 +115,9 @@ def gather(
             f"and {len(run.steps)} checkpoints written so far."
         )
     phases = run.phases() if tau is not None and run.steps else None
+    record = run.info.get("branch")
+    if record:
+        summary.append(("branched from", f"{record['parent']} at step {record['step']}"))
     t = RunTables(
         run.path.name,
         summary,
@@ -108,6 +130,7 @@ def gather(
         tau,
         phases,
         example=example,
+        branches=[_branch_curves(c) for c in run.children()],
     )
     clock = time.perf_counter
 

@@ -103,6 +103,22 @@ class Run:
             )
         return Run.open(path, self.progress)
 
+    def children(self) -> list[Run]:
+        """The runs branched from this one (`branch`), found where branches are made: beside
+        it (`--out` next to the parent) and in `<root>/branches/<name>/step<S>/` (the
+        studies'), ordered by branch step, then name."""
+        here = self.path.resolve()
+        studies = self.path.parent.parent / "branches" / self.path.name
+        found = {}
+        for info in [
+            *self.path.parent.glob(f"*/{rundir.RUN_JSON}"),
+            *studies.glob(f"*/*/{rundir.RUN_JSON}"),
+        ]:
+            record = read_json(info).get(rundir.BRANCH)
+            if record and (info.parent / record["parent"]).resolve() == here:
+                found[info.parent.resolve()] = (record["step"], info.parent.name, info.parent)
+        return [Run.open(p, self.progress) for *_, p in sorted(found.values())]
+
     @property
     def lineage(self) -> list[tuple[Run, int | None]]:
         """From the root run to this one: [(root, None), (child, its branch step), ...]."""

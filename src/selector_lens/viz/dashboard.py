@@ -65,6 +65,8 @@ def draw_run(t, out, run_path) -> Path:
         blocks.append(figures.attention_heatmap(t.attention, t.routing))
     if t.has_candidates:
         blocks.append(figures.group_transition(t.metrics, t.k))
+    if t.branches:
+        blocks.append(figures.branch_overlay(t.metrics, t.branches, t.log_k))
     if t.ablation is not None and t.routing is not None:
         shown = {p: t.phases[p] for p in ("pre", "mid", "post")}
         blocks.append(figures.ablation_heatmaps(t.ablation, shown))

@@ -325,6 +325,64 @@ def attention_explorer(patterns: dict[int, np.ndarray], token_labels: list[str])
     return fig
 
 
+def branch_overlay(parent, branches: list[dict], log_k: float) -> go.Figure:
+    """A run's branches over it, each from its branch step: candidate loss (against log K), Δz,
+    and the attention to z of each head a branch changed (dashed: the parent's). `parent`: the
+    run's metrics; `branches`: `analysis.tables` branch curves."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        subplot_titles=("candidate loss", "Δz (nats)", "attention to z of changed heads"),
+    )
+    fig.add_scatter(
+        x=parent.step, y=parent.candidate_loss, name="parent", line_color="black", row=1, col=1
+    )
+    fig.add_scatter(
+        x=parent.step,
+        y=parent.dz,
+        name="parent Δz",
+        line_color="black",
+        showlegend=False,
+        row=1,
+        col=2,
+    )
+    fig.add_hline(y=log_k, line_dash="dot", line_color="grey", row=1, col=1)
+    shown = set()
+    for b in branches:
+        steps = [r["step"] for r in b["rows"]]
+        name = f"{b['name']} (step {b['step']}: {b['label']})"
+        fig.add_scatter(
+            x=steps, y=[r.get("candidate_loss") for r in b["rows"]], name=name, row=1, col=1
+        )
+        fig.add_scatter(
+            x=steps, y=[r.get("dz") for r in b["rows"]], name=name, showlegend=False, row=1, col=2
+        )
+        for label in b["heads"]:
+            layer, head = (int(x) for x in label[1:].split("H"))
+            attn = [r["attn_to_z"][layer][head] if r.get("attn_to_z") else None for r in b["rows"]]
+            fig.add_scatter(x=steps, y=attn, name=f"{label}: {b['name']}", row=1, col=3)
+            if label not in shown and "attn_to_z" in parent:
+                shown.add(label)
+                fig.add_scatter(
+                    x=parent.step,
+                    y=[a[layer][head] for a in parent.attn_to_z],
+                    name=f"{label}: parent",
+                    line_dash="dash",
+                    line_color="black",
+                    row=1,
+                    col=3,
+                )
+    for col in (1, 2, 3):
+        fig.update_xaxes(title_text="step", row=1, col=col)
+    fig.update_yaxes(title_text="nats", row=1, col=1)
+    fig.update_yaxes(title_text="nats", row=1, col=2)
+    fig.update_yaxes(title_text="attention", row=1, col=3)
+    fig.update_layout(title="Branches of this run, from their branch steps")
+    return fig
+
+
 def tau_vs_d(table, fit: dict | None = None, reference: dict | None = None) -> go.Figure:
     """τ against D on log-log axes (table from `run_table`), with the power-law fit and its band.
     `reference`: another source's points to draw beside ours, {"name", "D", "tau"}."""
