@@ -312,7 +312,11 @@ def test_the_dashboard_finds_a_parents_branches_and_overlays_them(parent, tmp_pa
     assert a.children() == [] and [c.path.name for c in b.parent.children()] == ["a", "b"]
     t = gather(mine, ablation=False, patch_steps=0, explorer_steps=0, lens_steps=0)
     (first, second) = t.branches
-    assert first["step"] == 20 and first["label"] == "lr=1e-2, steps=40" and first["rows"][0]["step"] == 20
+    assert (
+        first["step"] == 20
+        and first["label"] == "lr=1e-2, steps=40"
+        and first["rows"][0]["step"] == 20
+    )
     assert second["heads"] == ["L1H1"] and second["label"] == "freeze L1H1"
     from selector_lens.viz import figures
 

@@ -12,8 +12,25 @@ def json_line(obj) -> None:
     print(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
 
+MISSING = "-"  # the one symbol for a missing value (None, NaN), in every table
+
+
+def number(v) -> str:
+    """A table cell: 3 decimals where they say something, 3 significant digits (scientific
+    when needed) below 0.001 and from 10,000 (lr 3e-4 prints as 0.0003, not 0.000)."""
+    import math
+
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return MISSING
+    if not isinstance(v, float) or isinstance(v, bool):
+        return str(v)
+    if v == 0 or 1e-3 <= abs(v) < 1e4:
+        return f"{v:.3f}"
+    return f"{v:.3g}"
+
+
 def table(title: str, columns: list[str], rows: list[list]) -> None:
-    """A rich table: floats to 3 decimals, None as '-'."""
+    """A rich table: numbers by `number`, a missing value as MISSING."""
     from rich.console import Console
     from rich.table import Table
 
@@ -21,9 +38,7 @@ def table(title: str, columns: list[str], rows: list[list]) -> None:
     for c in columns:
         out.add_column(c, justify="right")
     for r in rows:
-        out.add_row(
-            *[("-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)) for v in r]
-        )
+        out.add_row(*[number(v) for v in r])
     Console().print(out)
 
 
