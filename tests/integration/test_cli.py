@@ -371,11 +371,13 @@ def test_sweep_and_fit_commands(tmp_path):
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert sorted(r["outcome"] for r in res["results"]) == ["done", "done"]
-    fit = cli("fit", str(tmp_path / "s"), "--json")
+    fit = cli("fit", str(tmp_path / "s"), "--json", "-o", str(tmp_path / "fit.json"))
     assert fit.returncode == 0, fit.stderr
     body = json.loads(fit.stdout)
-    assert len(body["runs"]) == 2 and (tmp_path / "s" / "fit.json").is_file()
-    assert (body["fits"]["tau_vs_D"] is None) == (
+    assert len(body["runs"]) == 2 and (tmp_path / "fit.json").is_file()
+    assert not (tmp_path / "s" / "fit.json").exists()  # never into the folder it reads
+    (group,) = body["groups"]
+    assert (group["fits"]["tau_vs_D"] is None) == (
         sum(r["tau"] is not None for r in body["runs"]) < 2
     )
     bad = cli("sweep", "--grid", "k=0,3", "--out", str(tmp_path / "t"))
@@ -408,3 +410,12 @@ def test_training_without_a_terminal_prints_plain_progress_lines(tmp_path):
 def test_version():
     out = cli_process("--version")
     assert (out.returncode, out.stdout) == (0, f"selector-lens {sl.__version__}\n")
+
+
+def test_table_numbers_keep_small_values_and_one_missing_symbol():
+    from selector_lens.cli.format import MISSING, number
+
+    assert number(3e-4) == "0.0003" and number(1.2e-5) == "1.2e-05"
+    assert number(0.5) == "0.500" and number(0.0) == "0.000" and number(123456.0) == "1.23e+05"
+    assert number(None) == number(float("nan")) == MISSING
+    assert number(7) == "7" and number("L0H3") == "L0H3"

@@ -59,10 +59,17 @@ def _stored_row(run, step: int) -> dict:
     return min(rows, key=lambda r: abs(r["step"] - step))
 
 
-def onset(steps, values, threshold: float) -> int | None:
-    """First step at which `values` reaches `threshold` (None if it never does)."""
-    hit = np.nonzero(np.asarray(values, dtype=float) >= threshold)[0]
-    return int(np.asarray(steps)[hit[0]]) if len(hit) else None
+ONSET_HOLD = 3  # evals in a row at or above the line: a rise that holds, not one noisy eval
+
+
+def onset(steps, values, threshold: float, hold: int = ONSET_HOLD) -> int | None:
+    """First step from which `values` stays at or above `threshold` for `hold` evals in a row
+    (fewer at the end of the log if every one left is above); None if it never does."""
+    above = np.asarray(values, dtype=float) >= threshold
+    for i in np.nonzero(above)[0]:
+        if above[i : i + hold].all():
+            return int(np.asarray(steps)[i])
+    return None
 
 
 def cascade(
@@ -71,8 +78,9 @@ def cascade(
     """Onsets of the routing head's attention to z, of Δz, and of the loss drop τ, and the lead
     of each over τ as a fraction of τ (paper: Δz leads by ~0.5 τ).
 
-    Attention onset: first eval at which the head's attention to z has risen halfway from its
-    step-0 value to its maximum over the run. Δz onset: first eval with Δz > `dz_threshold`.
+    Attention onset: first eval from which the head's attention to z stays risen halfway from its
+    step-0 value to its maximum over the run; Δz onset: from which Δz stays above
+    `dz_threshold` (`onset`: for ONSET_HOLD evals in a row, so one noisy eval is no onset).
     """
     found = None
     if head is None:
@@ -95,7 +103,8 @@ def cascade(
         "tau": tau,
         "tau_definition": f"first eval step with candidate_loss < {tau_threshold} * log K",
         "attn_onset": attn_on,
-        "attn_onset_definition": "first eval with attention to z >= halfway from its step-0 value to its max",
+        "attn_onset_definition": "first eval from which attention to z stays >= halfway from its "
+        f"step-0 value to its max for {ONSET_HOLD} evals",
         "dz_onset": dz_on,
         "dz_threshold": dz_threshold,
         "attn_lead_frac": lead(attn_on),

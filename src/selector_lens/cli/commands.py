@@ -740,24 +740,26 @@ def fit(
     threshold: float = typer.Option(
         0.5, help="τ: first eval with candidate loss < threshold x log K."
     ),
+    output: Path = typer.Option(
+        Path("fit.json"), "-o", "--output", help="Where the fits go (never the folder read)."
+    ),
     json_out: JsonOpt = False,
 ):
-    """Fit the scaling laws over a sweep: τ vs D, τ vs K at fixed D, K beyond D."""
+    """Fit the scaling laws over a sweep: τ vs D, τ vs K at fixed D, K beyond D; one fit per
+    group of runs that share every option but K, D and the seed (lr, batch size, direction...)."""
+    from selector_lens.files import atomic_write_text
     from selector_lens.runs.run import run_table
-    from selector_lens.runs.transition import scaling_fits
+    from selector_lens.runs.transition import fit_groups
 
     table = run_table(sweep_dir, threshold)
-    fits = scaling_fits(table)
-    (Path(sweep_dir) / "fit.json").write_text(json.dumps(fits, indent=1))
+    result = fit_groups(table)
+    atomic_write_text(output, json.dumps(result, indent=1))
     if json_out:
-        fmt.json_line(
-            {
-                "runs": table.astype(object).where(table.notna(), None).to_dict(orient="records"),
-                "fits": fits,
-            }
-        )
+        runs = table.astype(object).where(table.notna(), None).to_dict(orient="records")
+        fmt.json_line({"runs": runs, **result})
         return
-    fmt.fit_tables(sweep_dir, table, fits)
+    fmt.fit_tables(sweep_dir, table, result)
+    print(f"wrote {output}", file=sys.stderr)
 
 
 @app.command(

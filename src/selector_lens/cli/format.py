@@ -74,16 +74,18 @@ def sweep_table(root, results, wall, executor) -> None:
     )
 
 
-def fit_tables(sweep_dir, runs, fits) -> None:
-    """The runs of a sweep, then its power-law fits."""
+def fit_tables(sweep_dir, runs, result) -> None:
+    """The runs of a sweep, then its power-law fits, one table per group of runs that share every
+    option but K, D and the seed (`transition.fit_groups`)."""
     table(
         f"{sweep_dir}: runs",
-        ["run", "K", "D", "lr", "batch", "τ", "τ (examples)", "plateau / log K"],
+        ["run", "K", "D", "direction", "lr", "batch", "τ", "τ (examples)", "plateau / log K"],
         [
             [
                 Path(r.run).name,
                 r.k,
                 r.D,
+                r.direction,
                 r.lr,
                 r.batch_size,
                 r.tau,
@@ -93,37 +95,29 @@ def fit_tables(sweep_dir, runs, fits) -> None:
             for r in runs.itertuples()
         ],
     )
-    rows = []
-    if fits["tau_vs_D"]:
-        f = fits["tau_vs_D"]
-        rows.append(
-            [
-                "τ vs D",
-                f"{f['alpha']:.3f} [{f['alpha_ci'][0]:.3f}, {f['alpha_ci'][1]:.3f}]",
-                f"{f['r2']:.3f}",
-                f["n"],
-            ]
+    for group in result["groups"]:
+        fits, rows = group["fits"], []
+        for name, f in [("τ vs D", fits["tau_vs_D"])] + [
+            (f"τ vs K at D={d}", f) for d, f in fits["tau_vs_K"].items()
+        ]:
+            if f:
+                lo, hi = f["alpha_ci"]
+                rows.append([name, f"{f['alpha']:.3f} [{lo:.3f}, {hi:.3f}]", f["r2"], f["n"]])
+        if fits["k_beyond_D"] is not None:
+            rows.append(
+                [
+                    "K effect beyond D (residual slope)",
+                    fits["k_beyond_D"],
+                    None,
+                    fits["n_transitioned"],
+                ]
+            )
+        where = ", ".join(
+            f"{k} {number(v) if isinstance(v, float) else v}" for k, v in group["options"].items()
         )
-    for d, f in fits["tau_vs_K"].items():
-        rows.append(
-            [
-                f"τ vs K at D={d}",
-                f"{f['alpha']:.3f} [{f['alpha_ci'][0]:.3f}, {f['alpha_ci'][1]:.3f}]",
-                f"{f['r2']:.3f}",
-                f["n"],
-            ]
+        table(
+            f"power-law fits{' at ' + where if where else ''} ({group['n_runs']} runs; 95% "
+            "bootstrap CI); paper: α_D = 1.19 [1.14, 1.31], α_K ≈ 0",
+            ["fit", "exponent", "R²", "points"],
+            rows,
         )
-    if fits["k_beyond_D"] is not None:
-        rows.append(
-            [
-                "K effect beyond D (residual slope)",
-                f"{fits['k_beyond_D']:.3f}",
-                "-",
-                fits["n_transitioned"],
-            ]
-        )
-    table(
-        "power-law fits (95% bootstrap CI); paper: α_D = 1.19 [1.14, 1.31], α_K ≈ 0",
-        ["fit", "exponent", "R²", "points"],
-        rows,
-    )

@@ -148,6 +148,28 @@ def scaling_fits(table) -> dict:
     return out
 
 
+GROUPED_BY = ("direction", "z_length", "z_groups", "lr", "weight_decay", "batch_size")
+
+
+def fit_groups(table) -> dict:
+    """`scaling_fits` per group of runs that share every option but K, D and the seed (a
+    `run_table`): a folder holding runs of several lr, batch sizes or directions would otherwise
+    fit one law across their effects. {"varying": [options that differ], "groups": [{"options",
+    "n_runs", "fits"}, ...]}."""
+    varying = [c for c in GROUPED_BY if table[c].nunique(dropna=False) > 1]
+    if not varying:
+        return {
+            "varying": [],
+            "groups": [{"options": {}, "n_runs": len(table), "fits": scaling_fits(table)}],
+        }
+    groups = []
+    for values, part in table.groupby(varying, sort=True, dropna=False):
+        values = values if isinstance(values, tuple) else (values,)
+        options = {k: (v.item() if hasattr(v, "item") else v) for k, v in zip(varying, values)}
+        groups.append({"options": options, "n_runs": len(part), "fits": scaling_fits(part)})
+    return {"varying": varying, "groups": groups}
+
+
 def nominal_d(d: int) -> int:
     """The dataset size a fixed-D series means: n_bases = D / K rounds (K = 36 at D = 10,000 has
     278 bases, 10,008 examples), so a D within 1% of a two-significant-figure value is that value."""

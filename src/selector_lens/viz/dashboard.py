@@ -92,23 +92,33 @@ def draw_run(t, out, run_path) -> Path:
 
 def sweep_dashboard(root, out) -> Path:
     """τ against D (log-log, fitted power law with its bootstrap band) and τ against K at fixed
-    D, for every run under `root`; runs that never transitioned are listed, not fitted."""
+    D, for every run under `root`, one fit per group of runs that share every option but K, D
+    and the seed; runs that never transitioned are listed, not fitted."""
     from selector_lens.runs.run import run_table
-    from selector_lens.runs.transition import power_law_fit
+    from selector_lens.runs.transition import fit_groups, power_law_fit
 
     table = run_table(root)
-    done = table[table.tau.notna()]
     blocks = []
-    fit = None
-    if done.D.nunique() >= 2:
-        fit = power_law_fit(done.D, done.tau)
-    else:
-        blocks.append(
-            "<p class='note'>No fit: fewer than two dataset sizes D with a transition.</p>"
+    varying = fit_groups(table)["varying"]
+    parts = table.groupby(varying, dropna=False) if varying else [((), table)]
+    for values, part in parts:
+        values = values if isinstance(values, tuple) else (values,)
+        where = ", ".join(
+            f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in zip(varying, values)
         )
-    blocks.append(figures.tau_vs_d(table, fit))
-    if (done.groupby(done.D.map(nominal_d)).k.nunique() >= 2).any():
-        blocks.append(figures.tau_vs_k(table))
+        if where:  # runs that differ in more than K, D and seed: one fit each, never mixed
+            blocks.append(f"<h2>{html.escape(where)}</h2>")
+        done = part[part.tau.notna()]
+        fit = None
+        if done.D.nunique() >= 2:
+            fit = power_law_fit(done.D, done.tau)
+        else:
+            blocks.append(
+                "<p class='note'>No fit: fewer than two dataset sizes D with a transition.</p>"
+            )
+        blocks.append(figures.tau_vs_d(part, fit))
+        if (done.groupby(done.D.map(nominal_d)).k.nunique() >= 2).any():
+            blocks.append(figures.tau_vs_k(part))
     cols = [
         "run",
         "k",

@@ -169,3 +169,21 @@ def test_representation_stats_by_hand(run):
             assert within == between == 0 and math.isnan(got.loc[0, "ratio"])
         else:
             assert got.loc[layer, "ratio"] == pytest.approx(within / between, rel=1e-5)
+
+
+def test_an_onset_needs_the_rise_to_hold():
+    import numpy as np
+
+    from selector_lens.analysis.routing import onset
+
+    steps = list(range(0, 1000, 50))
+    rng = np.random.default_rng(0)
+    noise = 0.05 + 0.04 * rng.standard_normal(len(steps))  # around 0.05, single evals above 0.1
+    assert (noise >= 0.1).any() and onset(steps, noise, 0.1) is None  # noise alone: no onset
+    rise = noise.copy()
+    rise[12:] += 0.5  # a rise that holds from step 600
+    assert onset(steps, rise, 0.1) == 600
+    spike = noise.copy()
+    spike[3] = 0.9  # one eval at step 150: not an onset
+    assert onset(steps, spike, 0.1) is None
+    assert onset([0, 50], [0.0, 0.2], 0.1) == 50  # at the log's end, what is left counts

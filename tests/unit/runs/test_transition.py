@@ -87,3 +87,33 @@ def test_collective_at_least_counts_a_group_at_the_level():
     assert strict["crossing_q10"] == 200 and strict["crossed_by_half_tau"] == 0.0
     assert paper["crossed_by_half_tau"] == 0.5  # the first group at step 100 = τ/2
     assert paper["solved_when"] == ">= 0.8 of its K examples"
+
+
+def test_fit_groups_never_mix_runs_of_different_lr():
+    import pandas as pd
+
+    from selector_lens.runs.transition import fit_groups
+
+    d = [1000, 2000, 4000]
+    rows = [
+        {
+            "D": x,
+            "k": 5,
+            "tau": 0.1 * x**1.2 * f,
+            "direction": "bz_to_a",
+            "z_length": 2,
+            "z_groups": 1,
+            "lr": lr,
+            "weight_decay": 0.01,
+            "batch_size": 128,
+        }
+        for lr, f in ((1e-3, 1.0), (3e-3, 3.0))
+        for x in d
+    ]
+    out = fit_groups(pd.DataFrame(rows))
+    assert out["varying"] == ["lr"]
+    assert [g["options"] for g in out["groups"]] == [{"lr": 1e-3}, {"lr": 3e-3}]
+    for g in out["groups"]:  # each group its own exact law; mixed, the 3x offset would bend it
+        assert g["n_runs"] == 3 and g["fits"]["tau_vs_D"]["alpha"] == pytest.approx(1.2)
+    same = fit_groups(pd.DataFrame(rows[:3]))
+    assert same["varying"] == [] and same["groups"][0]["n_runs"] == 3
