@@ -419,3 +419,16 @@ def test_table_numbers_keep_small_values_and_one_missing_symbol():
     assert number(0.5) == "0.500" and number(0.0) == "0.000" and number(123456.0) == "1.23e+05"
     assert number(None) == number(float("nan")) == MISSING
     assert number(7) == "7" and number("L0H3") == "L0H3"
+
+
+def test_the_ablation_table_sorts_marks_and_says_its_units(tiny_run, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # one table row per line
+    out = cli("ablate-head", "--run", str(tiny_run), "--all-heads", "--step", "60")
+    assert out.returncode == 0, out.stderr
+    assert "losses in nats" in out.stdout and "log K 1.099" in out.stdout
+    lines = [line for line in out.stdout.splitlines() if "L0H" in line or "L1H" in line]
+    assert "◀ top" in lines[0] and sum("◀ top" in line for line in lines) == 1
+    deltas = [float(line.split("│")[6]) for line in lines]
+    assert deltas == sorted(deltas, reverse=True)  # the most damaging head first
+    lens = cli("logit-lens", "--run", str(tiny_run))
+    assert lens.returncode == 0 and "--all for each" not in lens.stdout  # few steps: all shown

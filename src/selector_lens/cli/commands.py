@@ -222,6 +222,13 @@ def _steps(run, step, phase, every) -> list[tuple[str | None, int]]:
     return run.labelled_steps(step, phase, every)
 
 
+def spread(items: list, n: int) -> list:
+    """At most `n` of `items`, evenly spread from the first to the last."""
+    if len(items) <= n:
+        return list(items)
+    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
+
+
 def _check_scale_and_executor(scale: str | None, executor: str) -> None:
     from selector_lens.paper.presets import SCALES
     from selector_lens.training.sweep import EXECUTORS
@@ -296,14 +303,26 @@ def ablate_head(
         fmt.json_line(records[0] if len(records) == 1 else records)
         return
     what = "kept alone" if keep_only else f"{mode}-ablated"
+    tau, log_k = r.tau(), r.config.task.log_k
+    # per step, the most damaging head first (kept alone: the best one first), marked
+    records.sort(key=lambda x: (x["step"], -x["delta"]["candidate_loss"] * (1, -1)[keep_only]))
+    top = {}
+    for x in records:
+        top.setdefault(x["step"], (x["layer"], x["head"]))
+
+    def phase_of(x):
+        frac = "" if not tau else f" ({x['step'] / tau:.2f} τ)"
+        return f"{x['phase'] or ''}{frac}".strip() or None
+
     fmt.table(
-        f"{r.path}: heads {what}",
+        f"{r.path}: heads {what}; losses in nats; τ {tau if tau else 'none'}, log K {log_k:.3f}",
         ["step", "phase", "head", "cand. loss", "ablated", "Δ cand.", "Δ loss", "Δz clean", "Δ Δz"],
         [
             [
                 x["step"],
-                x["phase"],
-                f"L{x['layer']}H{x['head']}",
+                phase_of(x),
+                f"L{x['layer']}H{x['head']}"
+                + (" ◀ top" if all_heads and top[x["step"]] == (x["layer"], x["head"]) else ""),
                 x["clean"]["candidate_loss"],
                 x["ablated"]["candidate_loss"],
                 x["delta"]["candidate_loss"],
@@ -344,9 +363,7 @@ def attention(
         fmt.json_line(df.to_dict(orient="records"))
         return
     wide = df.pivot_table(index=["layer", "head"], columns="step", values="attn_to_z")
-    cols = list(wide.columns)
-    if len(cols) > 8:  # the terminal shows 8 steps spread over the run; --json has them all
-        cols = [cols[round(i * (len(cols) - 1) / 7)] for i in range(8)]
+    cols = spread(list(wide.columns), 8)  # the terminal shows 8 steps; --json has them all
     fmt.table(
         f"{r.path}: attention to z from {query} (rows: heads, columns: steps)",
         ["head", *map(str, cols)],
@@ -364,6 +381,7 @@ def logit_lens_cmd(
     step: StepOpt = None,
     phase: PhaseOpt = None,
     every: EveryOpt = None,
+    all_rows: bool = typer.Option(False, "--all", help="Every step in the table (default: 8)."),
     json_out: JsonOpt = False,
 ):
     """The residual stream at the a1-predicting position through ln_final and the unembedding,
@@ -375,12 +393,17 @@ def logit_lens_cmd(
     if json_out:
         fmt.json_line(df.to_dict(orient="records"))
         return
+    steps = sorted(df.step.unique())
+    shown = steps if all_rows else spread(steps, 8)
+    more = (
+        "" if len(shown) == len(steps) else f"; {len(shown)} of {len(steps)} steps, --all for each"
+    )
     fmt.table(
-        f"{r.path}: logit lens at the a1-predicting position (layer 0 = embedding)",
+        f"{r.path}: logit lens at the a1-predicting position (layer 0 = embedding{more})",
         ["step", "layer", "P(correct)", "top-1", "entropy", "candidate loss"],
         [
             [int(x.step), int(x.layer), x.p_correct, x.top1, x.entropy, x.candidate_loss]
-            for x in df.itertuples()
+            for x in df[df.step.isin(shown)].itertuples()
         ],
     )
 

@@ -37,8 +37,17 @@ class Run:
 
     @classmethod
     def latest(cls, root="checkpoints", progress: bool = False) -> Run:
-        """The most recently created run under `root` (what the CLI uses without --run)."""
-        found = sorted(Path(root).glob(f"**/{rundir.RUN_JSON}"), key=lambda p: p.stat().st_mtime)
+        """The most recently created run under `root` (what the CLI uses without --run): by
+        run.json's `created` time, not its modification time, which every resume and status
+        change moves."""
+
+        def created(p: Path) -> tuple:
+            try:
+                return (read_json(p).get("created") or "", p.stat().st_mtime)
+            except (SelectorLensError, OSError):
+                return ("", 0.0)
+
+        found = sorted(Path(root).glob(f"**/{rundir.RUN_JSON}"), key=created)
         if not found:
             raise SelectorLensError(
                 f"no run found under {root}/ (train one with `selector-lens train`)"

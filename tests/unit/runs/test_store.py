@@ -112,3 +112,19 @@ def test_labelled_steps_are_the_phases_the_options_or_the_final_step(tmp_path):
         assert run.labelled_steps() == [("final", 40)]
     else:
         assert run.labelled_steps() == list(run.phases().items())
+
+
+def test_latest_is_the_last_created_not_the_last_touched(tmp_path):
+    import selector_lens as sl
+    from selector_lens.runs import rundir
+    from tests.helpers import tiny
+
+    cfg = tiny()
+    for name, created in (
+        ("new", "2026-12-04T10:00:00+00:00"),
+        ("old", "2026-12-01T10:00:00+00:00"),
+    ):
+        rundir.create(tmp_path / name, cfg.to_dict(), "0", {"bases": [], "zs": [], "targets": []})
+        rundir.update(tmp_path / name, created=created)
+    rundir.update(tmp_path / "old", status="finished")  # touched last: its mtime is the newest
+    assert sl.Run.latest(tmp_path).path.name == "new"
