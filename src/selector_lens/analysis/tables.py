@@ -33,6 +33,7 @@ class RunTables:
     phases: dict[str, int] | None
     ablation: object = None  # ablate_each_head at pre / mid / post
     routing: str | None = None  # the most necessary head at post
+    cascade: dict | None = None  # `routing.cascade` of that head: onsets of attention and Δz
     attention: object = None  # attention_to_z (from metrics.jsonl)
     patching: object = None  # patch_series at resid_pre
     token_labels: list[str] | None = None  # the example's tokens (patching and explorer axes)
@@ -80,7 +81,7 @@ def gather(
     from selector_lens.analysis.ablation import ablate_each_head
     from selector_lens.analysis.attention import attention_to_z, example_patterns
     from selector_lens.analysis.patching import patch_series
-    from selector_lens.analysis.routing import most_necessary_head
+    from selector_lens.analysis.routing import cascade, most_necessary_head
     from selector_lens.runs.steps import thin
     from selector_lens.task.vocab import decode
 
@@ -155,7 +156,9 @@ def gather(
         )
         if t.ablation is not None:
             post = t.ablation[t.ablation.step == phases["post"]]
-            t.routing = "L{}H{}".format(*most_necessary_head(post)[0])
+            head = most_necessary_head(post)[0]
+            t.routing = "L{}H{}".format(*head)
+            t.cascade = cascade(run, head=head)  # onsets and leads: from metrics.jsonl
     elif ablation:
         t.notes.append(
             "head ablation: needs a run with z that has transitioned (phases come from τ)"

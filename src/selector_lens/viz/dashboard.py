@@ -63,6 +63,8 @@ def draw_run(t, out, run_path) -> Path:
     if t.has_z:
         blocks.append(figures.dz_curve(t.metrics, t.tau))
         blocks.append(figures.attention_heatmap(t.attention, t.routing))
+    if t.cascade is not None:
+        blocks.append(figures.cascade_timeline(t.metrics, t.cascade))
     if t.has_candidates:
         blocks.append(figures.group_transition(t.metrics, t.k))
     if t.branches:

@@ -76,18 +76,25 @@ def logit_lens_curves(lens, tau: int | None = None) -> go.Figure:
 
 def representation_curves(stats, tau: int | None = None) -> go.Figure:
     """Within-base and between-base variance of the residual stream at the a1-predicting
-    position, per layer, against step (table from `representation_stats`)."""
+    position, per layer, against step (table from `representation_stats`). The embedding's
+    variances are 0 there (every example has the same token at that position), so the log axis
+    leaves it out."""
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=("within-base variance", "between-base variance")
     )
+    import plotly.colors
+
+    palette = plotly.colors.qualitative.Plotly
     for layer, part in stats.groupby("layer"):
         name = "embedding" if layer == 0 else f"after block {layer - 1}"
+        colour = palette[int(layer) % len(palette)]  # one colour per layer in both panels
         for col, key in enumerate(("within", "between"), start=1):
             fig.add_scatter(
                 x=part.step,
                 y=part[key],
                 name=name,
                 mode="lines",
+                line_color=colour,
                 legendgroup=name,
                 showlegend=col == 1,
                 row=1,
@@ -96,8 +103,12 @@ def representation_curves(stats, tau: int | None = None) -> go.Figure:
     for col in (1, 2):
         if tau is not None:
             fig.add_vline(x=tau, line_color="crimson", row=1, col=col)
-    fig.update_yaxes(type="log")
-    fig.update_layout(title=f"Representations at the a1-predicting position (τ = {tau})")
+    fig.update_yaxes(type="log", title_text="variance")
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(
+        title=f"Representations at the a1-predicting position (τ = {tau})",
+        legend_title_text="layer (both panels)",
+    )
     return fig
 
 
@@ -113,11 +124,14 @@ def weight_trajectory_curves(traj, tau: int | None = None) -> go.Figure:
             "cosine of consecutive displacements",
         ),
     )
+    units = ("L2 norm", "L2 distance", "cosine")
     for col, key in enumerate(("total_norm", "displacement", "cosine"), start=1):
         fig.add_scatter(x=traj.step, y=traj[key], mode="lines", name=key, row=1, col=col)
         if tau is not None:
             fig.add_vline(x=tau, line_color="crimson", row=1, col=col)
-    fig.update_layout(title=f"Weight trajectory (τ = {tau})", showlegend=False)
+        fig.update_yaxes(title_text=units[col - 1], row=1, col=col)
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(title=f"Weight trajectory (τ = {tau}, red line)", showlegend=False)
     return fig
 
 
@@ -143,8 +157,9 @@ def attention_heatmap(attn, routing_head: str | None = None, max_steps: int = 40
             hovertemplate="%{y} step %{x}: %{z:.3f}<extra></extra>",
         )
     )
-    if routing_head in labels:
-        i = labels.index(routing_head)
+    boxed = ""
+    if routing_head in labels:  # boxed, and named in the title (a label beside the box would
+        i = labels.index(routing_head)  # sit on the colorbar's title)
         fig.add_shape(
             type="rect",
             xref="paper",
@@ -154,17 +169,10 @@ def attention_heatmap(attn, routing_head: str | None = None, max_steps: int = 40
             y1=i + 0.5,
             line=dict(color="red", width=2),
         )
-        fig.add_annotation(
-            xref="paper",
-            x=1.0,
-            y=i,
-            text=f"routing head {routing_head}",
-            showarrow=False,
-            xanchor="left",
-            font=dict(color="red"),
-        )
+        boxed = f" (red box: the routing head, {routing_head})"
     fig.update_layout(
-        title="Attention from the a1-predicting position onto z",
+        yaxis_title="head",
+        title="Attention from the a1-predicting position onto z" + boxed,
         xaxis_title="step",
         yaxis=dict(autorange="reversed"),
     )
@@ -225,13 +233,15 @@ def ablation_heatmaps(
                 zmin=-vmax,
                 zmax=vmax,
                 showscale=j == len(names) - 1,
+                colorbar_title="Δ nats",
                 hovertemplate="%{y}%{x}: %{z:+.3f}<extra></extra>",
                 name=name,
             ),
             1,
             j + 1,
         )
-    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(autorange="reversed", title_text="layer")
+    fig.update_xaxes(title_text="head")
     fig.update_layout(title=f"Head ablation: {metric.replace('_', ' ')} (nats)")
     return fig
 
@@ -243,7 +253,7 @@ def _slider(n_frames: int, per_frame: int, labels, prefix: str) -> list[dict]:
         visible = [False] * (n_frames * per_frame)
         visible[i * per_frame : (i + 1) * per_frame] = [True] * per_frame
         steps.append(dict(method="update", args=[{"visible": visible}], label=str(label)))
-    return [dict(active=n_frames - 1, steps=steps, currentvalue=dict(prefix=prefix))]
+    return [dict(active=n_frames - 1, steps=steps, currentvalue=dict(prefix=prefix), pad={"t": 70})]
 
 
 def patching_heatmap(table, token_labels: list[str] | None = None) -> go.Figure:
@@ -274,7 +284,7 @@ def patching_heatmap(table, token_labels: list[str] | None = None) -> go.Figure:
     fig.update_layout(
         title=f"Activation patching ({site}): clean into z-corrupted, normalised logit difference",
         xaxis_title="position",
-        yaxis=dict(autorange="reversed"),
+        yaxis=dict(autorange="reversed", title="layer"),
         sliders=_slider(len(steps), 1, steps, "step "),
     )
     return fig
@@ -293,8 +303,8 @@ def attention_explorer(patterns: dict[int, np.ndarray], token_labels: list[str])
         rows=L,
         cols=H,
         subplot_titles=head_labels(L, H),
-        horizontal_spacing=0.03,
-        vertical_spacing=0.06,
+        horizontal_spacing=0.07,
+        vertical_spacing=0.35 / L,  # room for the rotated key labels under each panel
     )
     for i, step in enumerate(steps):
         for l in range(L):
@@ -307,7 +317,8 @@ def attention_explorer(patterns: dict[int, np.ndarray], token_labels: list[str])
                         zmin=0,
                         zmax=1,
                         colorscale="Viridis",
-                        showscale=False,
+                        showscale=l == 0 and h == 0,  # one colorbar: every panel is 0..1
+                        colorbar_title="attention",
                         visible=i == len(steps) - 1,
                         hovertemplate="query %{y} → key %{x}: %{z:.3f}<extra>"
                         + f"L{l}H{h}</extra>",
@@ -315,13 +326,50 @@ def attention_explorer(patterns: dict[int, np.ndarray], token_labels: list[str])
                     l + 1,
                     h + 1,
                 )
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(autorange="reversed", tickfont_size=8)
+    fig.update_xaxes(tickfont_size=8, tickangle=90)
+    for col in range(1, H + 1):  # axis titles on the outer panels only
+        fig.update_xaxes(title_text="key", title_font_size=10, row=L, col=col)
+    for row in range(1, L + 1):
+        fig.update_yaxes(title_text="query", title_font_size=10, row=row, col=1)
     fig.update_layout(
-        title="Attention patterns (rows: query, columns: key; hover for tokens)",
-        height=220 * L + 120,
+        title="Attention patterns (rows: query, columns: key; tokens on the axes)",
+        height=300 * L + 220,
         sliders=_slider(len(steps), L * H, steps, "step "),
     )
+    return fig
+
+
+def cascade_timeline(metrics, c: dict) -> go.Figure:
+    """The cascade (`routing.cascade`): the routing head's attention to z and Δz against step,
+    with their onsets and τ marked, so the lead of each over the drop reads off the axis."""
+    from plotly.subplots import make_subplots
+
+    layer, head = (int(x) for x in c["routing_head"][1:].split("H"))
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_scatter(
+        x=metrics.step,
+        y=[a[layer][head] for a in metrics.attn_to_z],
+        name=f"attention to z, {c['routing_head']}",
+        secondary_y=False,
+    )
+    fig.add_scatter(x=metrics.step, y=metrics.dz, name="Δz (nats)", secondary_y=True)
+    marks = (("attention onset", c["attn_onset"], "green"), ("Δz onset", c["dz_onset"], "orange"))
+    for label, step, colour in (*marks, ("τ", c["tau"], "crimson")):
+        if step is not None:
+            fig.add_vline(x=step, line_dash="dash", line_color=colour)
+            fig.add_annotation(
+                x=step, y=1.02, yref="paper", text=label, showarrow=False, font_color=colour
+            )
+    lead = c["dz_lead_frac"]
+    fig.update_layout(
+        title=f"The cascade: {c['routing_head']}'s attention and Δz before the drop (Δz leads τ "
+        f"by {'-' if lead is None else f'{lead:.2f}'} τ)",
+        xaxis_title="step",
+        margin_t=90,
+    )
+    fig.update_yaxes(title_text="attention to z", secondary_y=False)
+    fig.update_yaxes(title_text="Δz (nats)", secondary_y=True)
     return fig
 
 

@@ -2,6 +2,7 @@ import io
 import json
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,9 +117,9 @@ def test_dashboard_renders_offline_in_chromium(run, tmp_path):
     errors, requests, figs, rendered, shot = render(path)
     assert errors == []
     assert all(u.startswith("file://") for u in requests), requests  # no network request
-    assert (
-        figs == 10 and rendered == figs
-    )  # loss, Δz, attention, groups, ablation, patching, weights, lens, representations, explorer
+    # loss, Δz, attention, cascade, groups, ablation, patching, weights, lens, representations,
+    # explorer
+    assert figs == 11 and rendered == figs
     colors = Image.open(io.BytesIO(shot)).convert("RGB").getcolors(maxcolors=1 << 20)
     assert colors is None or len(colors) > 100  # not blank
 
@@ -246,3 +247,22 @@ def test_estimators_figure_draws_each_estimate_by_product():
     assert list(shifted.x) == [1, 2, 3] and list(shifted.y) == [0.1, 0.05, 0.04]
     assert list(lanczos.y) == [0.0, -0.3, -0.5, -0.5] and "stopped at 3" in shifted.name
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+
+
+def test_every_dashboard_figure_titles_its_axes_and_names_its_lines(run, tmp_path, monkeypatch):
+    from selector_lens.viz import dashboard
+
+    drawn = []
+    monkeypatch.setattr(
+        dashboard, "write_html", lambda out, title, blocks: drawn.extend(blocks) or Path(out)
+    )
+    dashboard.run_dashboard(run, tmp_path / "d.html", patch_steps=3, explorer_steps=3)
+    figs = [b for b in drawn if not isinstance(b, str)]
+    assert len(figs) == 11
+    for fig in figs:
+        layout = fig.layout.to_plotly_json()
+        axes = [k for k in layout if k.startswith(("xaxis", "yaxis"))]
+        assert axes, fig.layout.title.text
+        for axis in axes:
+            assert (layout[axis].get("title") or {}).get("text"), (fig.layout.title.text, axis)
+        assert all(d.name for d in fig.data if d.type == "scatter"), fig.layout.title.text
