@@ -269,3 +269,45 @@ def test_torn_last_metrics_line_is_skipped_but_corruption_is_named(tmp_path):
         run.metric_rows()
     with pytest.raises(sl.SelectorLensError, match="not a run directory"):
         sl.Run.open(tmp_path / "nothing")
+
+
+def test_ctrl_c_saves_the_state_where_it_stopped_and_resume_is_exact(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = ["--k", "3", "--n-bases", "12", "--n-layers", "1", "--d-model", "32"]
+    args += ["--d-head", "16", "--d-mlp", "64", "--batch-size", "16", "--steps", "400"]
+    args += ["--eval-every", "10", "--ckpt-every", "100", "--no-early-stop", "--json"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def train(out, *more):
+        cmd = [sys.executable, "-m", "selector_lens", "train", *args, "--out", str(out), *more]
+        return subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+
+    ref = train(tmp_path / "ref")
+    assert ref.wait(timeout=300) == 0
+    proc, log = train(tmp_path / "r"), tmp_path / "r" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not log.is_file() or log.read_text().count("\n") < 5):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    run = sl.Run.open(tmp_path / "r")
+    stopped = run.steps[-1]
+    import torch
+
+    assert run.status == "interrupted" and stopped > 0
+    assert torch.load(run.state_path, weights_only=True)["step"] == stopped  # where it stopped
+    assert f"its state at step {stopped} is saved" in err and "--resume" in err
+    again = train(tmp_path / "r", "--resume")
+    assert again.wait(timeout=300) == 0
+    done, want = sl.Run.open(tmp_path / "r"), sl.Run.open(tmp_path / "ref")
+    strip = [{k: v for k, v in r.items() if k != "wall_s"} for r in done.metric_rows()]
+    assert strip == [{k: v for k, v in r.items() if k != "wall_s"} for r in want.metric_rows()]
+    assert done.status == "finished"

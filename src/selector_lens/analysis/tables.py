@@ -110,7 +110,7 @@ def gather(
         ("final Δz (nats)", last.get("dz")),
     ]
     still = None
-    if run.status == "running":
+    if run.status in ("running", "interrupted"):
         still = (
             f"This run is still training (or was killed): showing the {len(rows)} evaluations "
             f"and {len(run.steps)} checkpoints written so far."

@@ -103,8 +103,12 @@ def train(
         run = run_training(cfg, out=out, resume=resume, progress=not json_out, restart=restart)
     except KeyboardInterrupt:
         where = out or Path("checkpoints") / cfg.name
+        from selector_lens.runs.run import Run
+
+        steps = Run(where).steps
+        at = f"its state at step {steps[-1]} is saved" if steps else "nothing was saved"
         print(
-            f"interrupted: {where} keeps its last checkpoint; continue it with "
+            f"interrupted: {where}: {at}; continue it with "
             f"`selector-lens train --out {where} --resume`",
             file=sys.stderr,
         )

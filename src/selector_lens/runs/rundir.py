@@ -25,6 +25,7 @@ STATE = "last.pt"  # optimizer state of the last checkpoint: what resuming needs
 LOCK = ".training.lock"  # held (flock) by the process training the run
 
 RUNNING, FINISHED, EARLY_STOPPED = "running", "finished", "early_stopped"
+INTERRUPTED = "interrupted"  # Ctrl-C: its state at the step it stopped is saved; --resume
 DONE = (FINISHED, EARLY_STOPPED)
 
 

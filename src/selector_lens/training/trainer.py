@@ -308,32 +308,72 @@ def train_many(
             states.append(_RunState(c, o, resume, progress and len(cfgs) == 1, restart))
         first, clip = cfgs[0].task.first_target_pos, cfgs[0].grad_clip
         active = [s for s in states if not s.done]
-        while active:
-            # one batched step per batch length (an epoch's last batch is short when D % batch
-            # != 0); a run with hooks (ablated heads) steps on its own
-            by_rows: dict[tuple, list] = {}
-            for s in active:
-                batch = s.next_batch()
-                key = (len(batch), id(s) if s.hooks else None)
-                by_rows.setdefault(key, []).append((s, batch))
-            for members in by_rows.values():
-                losses = train_step(
-                    [s.model for s, _ in members],
-                    [s.opt for s, _ in members],
-                    torch.stack([b for _, b in members]),
-                    first,
-                    clip,
-                    members[0][0].hooks,
-                )
-                for (s, _), loss in zip(members, losses):
-                    s.after_step(loss)
-            active = [s for s in active if not s.done]
+        with _CtrlC() as ctrl_c:
+            _loop(active, first, clip, ctrl_c)
         for s in states:
             s.close()
         return [s.finish() for s in states]
     finally:  # the locks last until run.json says how each run ended
         for s in states:
             s.release()
+
+
+class _CtrlC:
+    """Ctrl-C during training asks to stop: the step under way ends, every run is checkpointed
+    there (weights and state) and marked interrupted, then KeyboardInterrupt is raised; nothing
+    is lost and `--resume` continues exactly. A second Ctrl-C stops at once. Outside the main
+    thread (where signals cannot be caught) Ctrl-C acts as usual."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.asked, self.old = False, None
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGINT, self._ask)
+        return self
+
+    def _ask(self, signum, frame):
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+        return False
+
+
+def _loop(active: list, first: int, clip: float, ctrl_c: _CtrlC) -> None:
+    """Step every active run until each is done (or Ctrl-C asks to stop: `_CtrlC`)."""
+    while active:
+        # one batched step per batch length (an epoch's last batch is short when D % batch
+        # != 0); a run with hooks (ablated heads) steps on its own
+        by_rows: dict[tuple, list] = {}
+        for s in active:
+            batch = s.next_batch()
+            key = (len(batch), id(s) if s.hooks else None)
+            by_rows.setdefault(key, []).append((s, batch))
+        for members in by_rows.values():
+            losses = train_step(
+                [s.model for s, _ in members],
+                [s.opt for s, _ in members],
+                torch.stack([b for _, b in members]),
+                first,
+                clip,
+                members[0][0].hooks,
+            )
+            for (s, _), loss in zip(members, losses):
+                s.after_step(loss)
+        if ctrl_c.asked:
+            for s in active:
+                if not s.run.ckpt_path(s.step).is_file():
+                    s.checkpoint(s.step)
+                rundir.update(s.out, status=rundir.INTERRUPTED)
+            raise KeyboardInterrupt
+        active = [s for s in active if not s.done]
 
 
 class _RunState:
