@@ -129,6 +129,15 @@ def train(
         print(json.dumps(summary))
     else:
         fmt.train_summary(summary)
+        print(
+            f"next: selector-lens dashboard --run {run.path} -o {run.path / 'dashboard.html'}"
+            + (
+                ""
+                if run.tau() is None
+                else f"   or: selector-lens ablate-head --run {run.path} --all-heads --phase post"
+            ),
+            file=sys.stderr,
+        )
 
 
 @app.command(

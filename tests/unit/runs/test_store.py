@@ -128,3 +128,12 @@ def test_latest_is_the_last_created_not_the_last_touched(tmp_path):
         rundir.update(tmp_path / name, created=created)
     rundir.update(tmp_path / "old", status="finished")  # touched last: its mtime is the newest
     assert sl.Run.latest(tmp_path).path.name == "new"
+
+
+def test_progress_without_a_terminal_is_plain_lines(capsys):
+    from selector_lens.runs.run import tracked
+
+    assert list(tracked([1, 2, 3], "checkpoints", every_s=0.0)) == [1, 2, 3]
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "checkpoints: 0/3" and err[-1].startswith("checkpoints: 3/3 in ")
+    assert any("s left" in line for line in err[1:-1])  # an estimate on the way
