@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO   ?= --k 5 --n-bases 800 --steps 3000 --eval-every 25
 
-.PHONY: demo test test-ray bench clean-demo
+.PHONY: demo test test-ray docs bench clean-demo
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(STAMP)
 	$(PY) -m ruff format --check src tests benchmarks analyses tools
 	$(PY) -m ruff check src tests benchmarks analyses tools
 	$(PY) -m pytest -q
+
+docs: $(STAMP)
+	$(PY) -m pip install -q -e ".[dev,docs]"
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
 
 test-ray: $(STAMP)
 	$(PY) -m pip install -q -e ".[dev,ray]"
