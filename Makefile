@@ -23,6 +23,7 @@ test: $(STAMP)
 	$(PY) -m ruff format --check src tests benchmarks analyses tools
 	$(PY) -m ruff check src tests benchmarks analyses tools
 	$(PY) -m pytest -q
+	$(PY) -m pytest -q --nbmake notebooks   # every notebook runs, top to bottom (~35 s)
 
 docs: $(STAMP)
 	$(PY) -m pip install -q -e ".[dev,docs]"

@@ -4,6 +4,8 @@ from selector_lens.viz.figures import (
     ablation_heatmaps,
     attention_explorer,
     attention_heatmap,
+    branch_overlay,
+    cascade_timeline,
     dz_curve,
     group_transition,
     logit_lens_curves,
@@ -28,4 +30,6 @@ __all__ = [
     "logit_lens_curves",
     "weight_trajectory_curves",
     "representation_curves",
+    "cascade_timeline",
+    "branch_overlay",
 ]
