@@ -32,6 +32,9 @@ TINY_RUN = {
     **TINY_MODEL,
 }
 
+# the cpu scale's one-seed baseline (K = 5, D = 4,000), shared by the studies that start from it
+CPU_RUN = {"k": 5, "n_bases": 800, "steps": 6000, "eval_every": 25, "ckpt_every": 50, "seed": 42}
+
 DIRECTIONS = ["bz_to_a", "a_to_b", "az_to_b"]
 ACC_STOP = {"early_stop_acc": [0.95], "early_stop_evals": [3]}
 PAPER_BATCH_SCHEDULE = {
@@ -188,22 +191,11 @@ PRESETS = {
             "grid": {"seed": [1]},
         },
     },
-    # claim 8, gradient cancellation: G super-groups of bases, each with its own K selectors
-    # (z_groups); G = 1 is the baseline. Cancellation across the groups sharing a z predicts τ
-    # about linear in G; the paper measures an exponent of ~0.02.
     # interventions on the dynamics: parents whose training states are kept (branch points near
     # 0.25 and 0.75 τ of the K = 10 baseline, 0.5 τ of K = 20), default stop (their post phase)
     "interventions": {
         "cpu": {
-            "base": {
-                "k": 5,
-                "n_bases": 800,
-                "steps": 6000,
-                "eval_every": 25,
-                "ckpt_every": 50,
-                "state_every": 50,
-                "seed": 42,
-            },
+            "base": {**CPU_RUN, "state_every": 50},
             "necessity": {"k": [5]},
             "noise": {"k": [5]},
         },
@@ -218,16 +210,12 @@ PRESETS = {
             "noise": {"seed": [1]},
         },
     },
+    # claim 8, gradient cancellation: G super-groups of bases, each with its own K selectors
+    # (z_groups); G = 1 is the baseline. Cancellation across the groups sharing a z predicts τ
+    # about linear in G; the paper measures an exponent of ~0.02.
     "sharing": {
         "cpu": {
-            "base": {
-                "k": 5,
-                "n_bases": 800,
-                "steps": 6000,
-                "eval_every": 25,
-                "ckpt_every": 50,
-                "seed": 42,
-            },  # G = 1 is the seeds study's first run (at D = 1,000 τ is ~100 steps at every G)
+            "base": CPU_RUN,  # G = 1 is the seeds study's first run (at D = 1,000 τ is ~100 steps at every G)
             "grid": {"z_groups": [1, 4, 20, 100]},
         },
         "paper": {
