@@ -251,6 +251,22 @@ def test_branch_from_the_command_line(parent, tmp_path):
     assert bad.returncode == 2 and "--set takes NAME=VALUE" in bad.stderr
 
 
+def test_a_branch_is_whole_or_absent(parent, tmp_path, monkeypatch):
+    from selector_lens.training import branch as branching
+
+    def dies(*a, **k):
+        raise KeyboardInterrupt  # killed while writing the branch's state
+
+    monkeypatch.setattr(branching, "state_for", dies)
+    with pytest.raises(KeyboardInterrupt):
+        sl.branch(parent, 20, tmp_path / "b")
+    assert list(tmp_path.iterdir()) == []  # neither the branch nor its partial directory
+    monkeypatch.undo()
+    sl.branch(parent, 20, tmp_path / "b", steps=30)
+    with pytest.raises(sl.SelectorLensError, match="already holds a run"):
+        sl.branch(parent, 20, tmp_path / "b", steps=30)
+
+
 def test_state_every_must_fit_the_checkpoints():
     with pytest.raises(sl.SelectorLensError, match="multiple of ckpt_every"):
         tiny(ckpt_every=10, state_every=25)

@@ -113,8 +113,12 @@ def _heads(labels, cfg: TrainConfig) -> list[str]:
 
 def make_branch(parent: Run, step: int, out, changes: Changes) -> TrainConfig:
     """Write the branch's run directory (nothing trained yet) and return its config. Every
-    check comes first: a refused branch writes nothing."""
+    check comes first: a refused branch writes nothing; the directory is made beside `out` and
+    renamed into place once whole, so a killed branch leaves no half-made run."""
     out = Path(out)
+    if rundir.is_run(out):
+        raise SelectorLensError(f"{out} already holds a run; choose another --out")
+    rundir.require_free(out)
     if step not in parent.state_steps:
         raise SelectorLensError(
             f"{parent.path} kept no training state at step {step}; nearest steps with one: "
@@ -147,25 +151,32 @@ def make_branch(parent: Run, step: int, out, changes: Changes) -> TrainConfig:
         "z": changes.z,
     }
     state = read_state(parent.state_path_at(step), parent.config)
-    rundir.create(
-        out,
-        cfg.to_dict(),
-        __version__,
-        parent.task_data.to_json(),
-        eval_groups=parent.info.get("eval_groups"),
-        **{BRANCH: record},
-    )
-    child = Run(out)
-    for s in parent.steps:
-        if s <= step:
-            _link_or_copy(parent.ckpt_path(s), child.ckpt_path(s))
-    _link_or_copy(parent.state_path_at(step), child.state_path_at(step))
-    rows = [r for r in parent.metric_rows() if r["step"] <= step]
-    atomic_write_text(child.path / rundir.METRICS, "".join(json.dumps(r) + "\n" for r in rows))
-    if record["reinit_heads"] or record["ablate_heads"]:
-        _at_the_branch(parent, child, step, cfg, record)
-    new = state_for(cfg, state, fresh=changes.reset_adam)
-    atomic_write(child.state_path, lambda tmp: torch.save(new, tmp))
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    try:
+        rundir.create(
+            partial,
+            cfg.to_dict(),
+            __version__,
+            parent.task_data.to_json(),
+            eval_groups=parent.info.get("eval_groups"),
+            **{BRANCH: record},
+        )
+        child = Run(partial)
+        for s in parent.steps:
+            if s <= step:
+                _link_or_copy(parent.ckpt_path(s), child.ckpt_path(s))
+        _link_or_copy(parent.state_path_at(step), child.state_path_at(step))
+        rows = [r for r in parent.metric_rows() if r["step"] <= step]
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        atomic_write_text(child.path / rundir.METRICS, text)
+        if record["reinit_heads"] or record["ablate_heads"]:
+            _at_the_branch(parent, child, step, cfg, record)
+        new = state_for(cfg, state, fresh=changes.reset_adam)
+        atomic_write(child.state_path, lambda tmp: torch.save(new, tmp))
+        os.replace(partial, out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return cfg
 
 
