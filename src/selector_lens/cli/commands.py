@@ -89,6 +89,12 @@ def train(
     analyze: bool = typer.Option(
         False, "--analyze", help="Once training ends, compute and store what the dashboard reads."
     ),
+    log: str | None = typer.Option(
+        None,
+        "--log",
+        help="tensorboard | wandb: mirror every evaluation there, written into the run "
+        "directory (W&B offline: nothing is sent unless you run wandb sync).",
+    ),
     json_out: JsonOpt = False,
     **options,
 ):
@@ -100,7 +106,9 @@ def train(
     t0 = time.perf_counter()
     cfg = from_options(_resumed_options(out, options) if resume else options)
     try:
-        run = run_training(cfg, out=out, resume=resume, progress=not json_out, restart=restart)
+        run = run_training(
+            cfg, out=out, resume=resume, progress=not json_out, restart=restart, log=log
+        )
     except KeyboardInterrupt:
         where = out or Path("checkpoints") / cfg.name
         from selector_lens.runs.run import Run

@@ -26,6 +26,7 @@ from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
 from selector_lens.runs.transition import summarize
 from selector_lens.task.order import BatchOrder
+from selector_lens.training.trackers import TRACKERS, open_tracker
 
 
 def resolve_device(name: str) -> str:
@@ -279,15 +280,26 @@ def batch_key(cfg: TrainConfig) -> tuple:
 
 
 def train(
-    cfg: TrainConfig, out=None, resume: bool = False, progress: bool = False, restart: bool = False
+    cfg: TrainConfig,
+    out=None,
+    resume: bool = False,
+    progress: bool = False,
+    restart: bool = False,
+    log: str | None = None,
 ) -> Run:
     """Train (or resume) one run and return it. `out` defaults to checkpoints/<cfg.name>.
-    `restart` trains a run that exists again from step 0 (what it trained is removed)."""
-    return train_many([cfg], [out], resume, progress, restart)[0]
+    `restart` trains a run that exists again from step 0 (what it trained is removed). `log`:
+    "tensorboard" or "wandb" mirrors every evaluation there (`trackers`)."""
+    return train_many([cfg], [out], resume, progress, restart, log)[0]
 
 
 def train_many(
-    cfgs, outs=None, resume: bool = False, progress: bool = False, restart: bool = False
+    cfgs,
+    outs=None,
+    resume: bool = False,
+    progress: bool = False,
+    restart: bool = False,
+    log: str | None = None,
 ) -> list[Run]:
     """Train several runs at once as one batched model: each step is one set of GEMMs for all.
 
@@ -298,6 +310,8 @@ def train_many(
     """
     cfgs = list(cfgs)
     outs = list(outs) if outs is not None else [None] * len(cfgs)
+    if log is not None and log not in TRACKERS:  # before anything is written
+        raise SelectorLensError(f"unknown tracker {log!r}; choose one of {', '.join(TRACKERS)}")
     if len({batch_key(c) for c in cfgs}) > 1:
         raise SelectorLensError(
             "train_many needs runs with the same model, sequence length, batch size, clipping and device"
@@ -305,7 +319,7 @@ def train_many(
     states = []
     try:
         for c, o in zip(cfgs, outs):
-            states.append(_RunState(c, o, resume, progress and len(cfgs) == 1, restart))
+            states.append(_RunState(c, o, resume, progress and len(cfgs) == 1, restart, log))
         first, clip = cfgs[0].task.first_target_pos, cfgs[0].grad_clip
         active = [s for s in states if not s.done]
         with _CtrlC() as ctrl_c:
@@ -379,18 +393,26 @@ def _loop(active: list, first: int, clip: float, ctrl_c: _CtrlC) -> None:
 class _RunState:
     """One run inside the training loop: its model, optimizer, data order, log and checkpoints."""
 
-    def __init__(self, cfg: TrainConfig, out, resume: bool, progress: bool, restart: bool = False):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        out,
+        resume: bool,
+        progress: bool,
+        restart: bool = False,
+        log: str | None = None,
+    ):
         out = Path(out) if out is not None else Path("checkpoints") / cfg.name
-        self.cfg, self.out = cfg, out
+        self.cfg, self.out, self.tracker = cfg, out, None
         self.lock = rundir.Lock(out)
         try:
-            self._open(cfg, out, resume, progress, restart)
+            self._open(cfg, out, resume, progress, restart, log)
         except BaseException:
             self.lock.release()
             raise
 
     def _open(
-        self, cfg: TrainConfig, out: Path, resume: bool, progress: bool, restart: bool
+        self, cfg: TrainConfig, out: Path, resume: bool, progress: bool, restart: bool, log
     ) -> None:
         self.run, has_state = _prepare(cfg, out, resume, restart)
         device = resolve_device(cfg.device)
@@ -438,6 +460,7 @@ class _RunState:
         for r in self.rows:
             self.streak = self.streak + 1 if solved(cfg, r, self.rows[0]) else 0
         self.log = open(metrics_path, "a")
+        self.tracker = open_tracker(log, self.run, cfg.options())
         self.t0 = time.perf_counter() - elapsed
         if not has_state:  # a state at step 0 already holds step 0's row and checkpoint
             rundir.update(out, eval_groups=self.eval_set.groups.tolist())
@@ -519,6 +542,8 @@ class _RunState:
         self.model.train()
         self.log.write(json.dumps(row) + "\n")
         self.log.flush()
+        if self.tracker:
+            self.tracker.write(row)
         self.rows.append(row)
         self.streak = self.streak + 1 if solved(self.cfg, row, self.rows[0]) else 0
         return row
@@ -541,6 +566,9 @@ class _RunState:
         if self.bar:
             self.bar.close()
             self.bar = None
+        if self.tracker:
+            self.tracker.close()
+            self.tracker = None
         self.log.close()
 
     def release(self) -> None:
