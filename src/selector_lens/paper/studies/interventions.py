@@ -200,6 +200,10 @@ def interventions(setup) -> Study:
             claims.append(Claim(number, title, paper, why, verdicts.NO_RESULT, "-"))
             continue
         parent = parents[part][0]
+        if not setup.train and not (out / parent.path.name).is_dir():
+            why = f"no branch of {parent.path.name} has finished yet"
+            claims.append(Claim(number, title, paper, why, verdicts.NO_RESULT, "-"))
+            continue
         rows = table(parent, out / parent.path.name, seeds, train=setup.train)
         by = ("step", "change") if part == "necessity" else ("change",)
         summary_rows = summary(rows, by)
