@@ -9,6 +9,24 @@ from pathlib import Path
 from selector_lens.runs.transition import nominal_d
 from selector_lens.viz import figures
 
+# Under every figure, buttons that save it as PNG or SVG: plotly draws both in the browser, so
+# this works offline (the toolbar's camera saves PNG only). No data of the page enters the script.
+EXPORT_SCRIPT = """<script>
+document.querySelectorAll('div.fig .plotly-graph-div').forEach(function (gd, i) {
+  var bar = document.createElement('div');
+  bar.className = 'export';
+  ['png', 'svg'].forEach(function (format) {
+    var b = document.createElement('button');
+    b.textContent = 'save ' + format.toUpperCase();
+    b.onclick = function () {
+      Plotly.downloadImage(gd, {format: format, filename: 'figure-' + (i + 1)});
+    };
+    bar.appendChild(b);
+  });
+  gd.parentNode.insertBefore(bar, gd.nextSibling);
+});
+</script>"""
+
 
 def write_html(path, title: str, blocks: list) -> Path:
     """Write `blocks` (HTML strings or plotly Figures) as one offline page."""
@@ -30,7 +48,7 @@ def write_html(path, title: str, blocks: list) -> Path:
         "<style>body{font-family:sans-serif;margin:1.5em;max-width:1300px}"
         "table{border-collapse:collapse}td,th{padding:2px 10px;border-bottom:1px solid #ddd;text-align:right}"
         ".note{background:#fff3cd;padding:.6em}.fig{margin:1em 0}</style></head>"
-        f"<body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>"
+        f"<body><h1>{html.escape(title)}</h1>{''.join(parts)}{EXPORT_SCRIPT}</body></html>"
     )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

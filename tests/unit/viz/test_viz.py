@@ -270,3 +270,27 @@ def test_every_dashboard_figure_titles_its_axes_and_names_its_lines(run, tmp_pat
             continue
         assert titled == axes, (fig.layout.title.text, sorted(set(axes) - set(titled)))
         assert all(d.name for d in fig.data if d.type == "scatter"), fig.layout.title.text
+
+
+def test_every_figure_saves_as_png_and_svg_offline(run, tmp_path):
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    from tests.helpers import CHROMIUM
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium not installed")
+    page_path = run_dashboard(run, tmp_path / "d.html", patch_steps=2, explorer_steps=2)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])
+        page = browser.new_page(accept_downloads=True)
+        page.goto(page_path.resolve().as_uri())
+        page.wait_for_function("document.querySelectorAll('div.export').length > 0")
+        bars = page.locator("div.export")
+        figures = page.locator("div.fig").count()
+        assert bars.count() == figures
+        with page.expect_download() as saved:
+            bars.nth(0).locator("button", has_text="save SVG").click()
+        svg = Path(saved.value.path()).read_text()
+        assert saved.value.suggested_filename == "figure-1.svg" and "<svg" in svg
+        browser.close()
