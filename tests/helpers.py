@@ -89,6 +89,28 @@ def cli(*args, cwd=None) -> CliResult:
     return CliResult(r.exit_code, r.stdout, r.stderr)
 
 
+# command-line options of a run of a few seconds (`train` in a subprocess or in process)
+SMALL_RUN = ["--k", "3", "--n-bases", "12", "--n-layers", "1", "--d-model", "32", "--d-head", "16"]
+SMALL_RUN += ["--d-mlp", "64", "--batch-size", "16"]
+
+
+def train_process(*args, stdout=subprocess.DEVNULL) -> subprocess.Popen:
+    """`selector-lens train ARGS` in a fresh interpreter on one thread (bit-for-bit needs one
+    thread count), stderr captured."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "selector_lens", "train", *map(str, args)],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def logged(run) -> list[dict]:
+    """A run's metrics rows without the wall clock: what must match for runs to be equal."""
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in run.metric_rows()]
+
+
 def cli_process(*args, cwd=None) -> subprocess.CompletedProcess:
     """The real console script in a fresh interpreter: exit codes and import costs."""
     return subprocess.run(

@@ -8,7 +8,7 @@ import typer
 
 import selector_lens as sl
 from selector_lens.cli import app
-from tests.helpers import cli, cli_process
+from tests.helpers import SMALL_RUN, cli, cli_process
 
 TINY = [
     "--k",
@@ -386,12 +386,8 @@ def test_sweep_and_fit_commands(tmp_path):
     assert none.returncode == 2 and "no run found" in none.stderr
 
 
-SMALL = ["--k", "3", "--n-bases", "12", "--n-layers", "1", "--d-model", "32", "--d-head", "16"]
-SMALL += ["--d-mlp", "64", "--batch-size", "16"]  # a run of a few seconds
-
-
 def test_resume_reads_the_runs_options_and_takes_only_those_given(tmp_path):
-    args = [*SMALL, "--steps", "20", "--eval-every", "10"]
+    args = [*SMALL_RUN, "--steps", "20", "--eval-every", "10"]
     assert cli("train", *args, "--out", tmp_path / "r", "--json").returncode == 0
     out = cli("train", "--out", tmp_path / "r", "--resume", "--steps", "40", "--json")
     assert out.returncode == 0, out.stderr
@@ -401,7 +397,7 @@ def test_resume_reads_the_runs_options_and_takes_only_those_given(tmp_path):
 
 
 def test_training_without_a_terminal_prints_plain_progress_lines(tmp_path):
-    out = cli_process("train", *SMALL, "--steps", "40", "--out", tmp_path)
+    out = cli_process("train", *SMALL_RUN, "--steps", "40", "--out", tmp_path)
     assert out.returncode == 0, out.stderr
     lines = [x for x in out.stderr.splitlines() if x.startswith("train: step")]
     assert lines[-1].startswith("train: step 40/40  loss ") and len(lines) >= 4

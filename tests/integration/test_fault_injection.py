@@ -3,49 +3,23 @@ checkpoint every 2 steps, many land inside a checkpoint write), resumed each tim
 bit equal to the same run trained without interruption."""
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 from safetensors.torch import load_file
 
 import selector_lens as sl
+from tests.helpers import SMALL_RUN, logged, train_process
 
-OPTIONS = [
-    "--k", "3", "--n-bases", "12", "--n-layers", "1", "--d-model", "32", "--d-head", "16",
-    "--d-mlp", "64", "--batch-size", "16", "--lr", "3e-3", "--steps", "300",
-    "--eval-every", "2", "--ckpt-every", "2", "--no-early-stop",
-]  # fmt: skip
+OPTIONS = [*SMALL_RUN, "--lr", "3e-3", "--steps", "300", "--eval-every", "2"]
+OPTIONS += ["--ckpt-every", "2", "--no-early-stop"]
 KILLS = 20
 
 
-def train(out, timeout=None):
-    """The train command in a fresh interpreter on one thread (bit-for-bit needs one count)."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "selector_lens",
-            "train",
-            *OPTIONS,
-            "--out",
-            str(out),
-            "--resume",
-            "--json",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-
-
-def rows(run):
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in run.metric_rows()]
+def train(out):
+    return train_process(*OPTIONS, "--out", out, "--resume", "--json")
 
 
 @pytest.mark.slow
@@ -70,7 +44,7 @@ def test_twenty_sigkills_resume_to_the_uninterrupted_run_bit_for_bit(tmp_path):
     assert last.wait(timeout=300) == 0, last.stderr.read()
     a, b = sl.Run.open(tmp_path / "ref"), sl.Run.open(out)
     assert a.steps == b.steps == list(range(0, 301, 2))
-    assert rows(a) == rows(b)
+    assert logged(a) == logged(b)
     for step in (2, 150, 300):
         wa, wb = load_file(a.ckpt_path(step)), load_file(b.ckpt_path(step))
         assert all((wa[k] == wb[k]).all() for k in wa), step

@@ -8,7 +8,7 @@ import pytest
 
 import selector_lens as sl
 from selector_lens.training.trackers import scalars
-from tests.helpers import cli, tiny
+from tests.helpers import SMALL_RUN, cli, tiny
 
 
 def test_scalars_flattens_a_row():
@@ -67,32 +67,8 @@ def wandb_history(path: Path) -> list[dict]:
 def test_wandb_offline_holds_every_evaluation_and_sends_nothing(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    out = cli(
-        "train",
-        "--k",
-        "3",
-        "--n-bases",
-        "12",
-        "--n-layers",
-        "1",
-        "--d-model",
-        "32",
-        "--d-head",
-        "16",
-        "--d-mlp",
-        "64",
-        "--batch-size",
-        "16",
-        "--steps",
-        "30",
-        "--eval-every",
-        "10",
-        "--log",
-        "wandb",
-        "--out",
-        tmp_path / "r",
-        "--json",
-    )
+    args = [*SMALL_RUN, "--steps", "30", "--eval-every", "10", "--log", "wandb"]
+    out = cli("train", *args, "--out", tmp_path / "r", "--json")
     assert out.returncode == 0, out.stderr
     run = sl.Run.open(tmp_path / "r")
     (file,) = (run.path / "wandb").glob("offline-run-*/run-*.wandb")  # offline: a file, no sync
@@ -105,18 +81,6 @@ def test_wandb_offline_holds_every_evaluation_and_sends_nothing(tmp_path, monkey
 
 
 def test_an_unknown_tracker_is_one_line(tmp_path):
-    out = cli(
-        "train",
-        "--k",
-        "3",
-        "--n-bases",
-        "12",
-        "--steps",
-        "2",
-        "--log",
-        "mlflow",
-        "--out",
-        tmp_path / "r",
-    )
+    out = cli("train", *SMALL_RUN, "--steps", "2", "--log", "mlflow", "--out", tmp_path / "r")
     assert out.returncode == 2 and "unknown tracker 'mlflow'" in out.stderr
     assert not (tmp_path / "r").exists()  # refused before anything was written

@@ -1,4 +1,5 @@
 import math
+import subprocess
 
 import pytest
 import torch
@@ -272,22 +273,16 @@ def test_torn_last_metrics_line_is_skipped_but_corruption_is_named(tmp_path):
 
 
 def test_ctrl_c_saves_the_state_where_it_stopped_and_resume_is_exact(tmp_path):
-    import os
     import signal
-    import subprocess
-    import sys
     import time
 
-    args = ["--k", "3", "--n-bases", "12", "--n-layers", "1", "--d-model", "32"]
-    args += ["--d-head", "16", "--d-mlp", "64", "--batch-size", "16", "--steps", "400"]
-    args += ["--eval-every", "10", "--ckpt-every", "100", "--no-early-stop", "--json"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    from tests.helpers import SMALL_RUN, logged, train_process
+
+    args = [*SMALL_RUN, "--steps", "400", "--eval-every", "10", "--ckpt-every", "100"]
+    args += ["--no-early-stop", "--json"]
 
     def train(out, *more):
-        cmd = [sys.executable, "-m", "selector_lens", "train", *args, "--out", str(out), *more]
-        return subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
+        return train_process(*args, "--out", out, *more, stdout=subprocess.PIPE)
 
     ref = train(tmp_path / "ref")
     assert ref.wait(timeout=300) == 0
@@ -308,6 +303,5 @@ def test_ctrl_c_saves_the_state_where_it_stopped_and_resume_is_exact(tmp_path):
     again = train(tmp_path / "r", "--resume")
     assert again.wait(timeout=300) == 0
     done, want = sl.Run.open(tmp_path / "r"), sl.Run.open(tmp_path / "ref")
-    strip = [{k: v for k, v in r.items() if k != "wall_s"} for r in done.metric_rows()]
-    assert strip == [{k: v for k, v in r.items() if k != "wall_s"} for r in want.metric_rows()]
+    assert logged(done) == logged(want)
     assert done.status == "finished"

@@ -205,6 +205,19 @@ def noise_share(curv: Curvature, directions: torch.Tensor, batch_losses, mean=No
     }
 
 
+def _extremes(sample: int, lam_max: float, lam_min: float, loss: float, mean) -> dict:
+    """What every landscape row holds, whichever estimator: the extremes, their ratio, and the
+    loss and gradient norm on the subsample."""
+    return {
+        "sample": sample,
+        "lambda_max": lam_max,
+        "lambda_min": lam_min,
+        "ratio": lam_max / abs(lam_min) if lam_min != 0 else math.inf,
+        "loss": loss,
+        "grad_norm": float(mean.norm()),
+    }
+
+
 def measure(
     model,
     tokens: torch.Tensor,
@@ -237,15 +250,9 @@ def measure(
     if estimator == "shifted-power":
         lam_max, iters_max = paper_power_max(curv, seed=seed)
         lam_min, iters_min, by_iter = shifted_power(curv, lam_max, seed=seed + 1)
-        loss, mean = curv.value_and_gradient()
         return {
-            "sample": len(x),
+            **_extremes(len(x), lam_max, lam_min, *curv.value_and_gradient()),
             "estimator": estimator,
-            "lambda_max": lam_max,
-            "lambda_min": lam_min,
-            "ratio": lam_max / abs(lam_min) if lam_min != 0 else math.inf,
-            "loss": loss,
-            "grad_norm": float(mean.norm()),
             "iters_max": iters_max,
             "iters_min": iters_min,
             "hvps": curv.calls,
@@ -269,14 +276,9 @@ def measure(
         curv, top, [(lambda b=b: target_loss(model, b, first)) for b in batches], mean
     )
     return {
-        "sample": len(x),
-        "lambda_max": lam_max,
+        **_extremes(len(x), lam_max, lam_min, loss, mean),
         "lambda_max_power": lam_power,
         "lambda_max_lanczos": lam_lanczos,
-        "lambda_min": lam_min,
-        "ratio": lam_max / abs(lam_min) if lam_min != 0 else math.inf,
-        "loss": loss,
-        "grad_norm": float(mean.norm()),
         "top_k": len(top),
         "noise_batch": batches[0].shape[0],
         **share,

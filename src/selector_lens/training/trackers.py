@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from selector_lens.errors import SelectorLensError
 
-TRACKERS = ("tensorboard", "wandb")
 SKIPPED = ("step", "wall_s", "group_correct", "attn_to_z")  # the step is the x axis; lists apart
 
 
@@ -21,17 +20,24 @@ def scalars(row: dict) -> dict[str, float]:
     return out
 
 
+def _extra(module: str, extra: str):
+    """`module` imported, or one line naming the extra (and `--log` value) that installs it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise SelectorLensError(
+            f"--log {extra} needs {module}: pip install 'selector-lens[{extra}]'"
+        ) from None
+
+
 class TensorBoard:
     """Event files in `<run>/tensorboard/` (`tensorboard --logdir <run>`)."""
 
     def __init__(self, run, options: dict):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            raise SelectorLensError(
-                "--log tensorboard needs TensorBoard: pip install 'selector-lens[tensorboard]'"
-            ) from None
-        self.writer = SummaryWriter(log_dir=str(run.path / "tensorboard"))
+        board = _extra("torch.utils.tensorboard", "tensorboard")
+        self.writer = board.SummaryWriter(log_dir=str(run.path / "tensorboard"))
         self.writer.add_text("options", repr(options))
 
     def write(self, row: dict) -> None:
@@ -47,13 +53,7 @@ class WandB:
     """An offline W&B run in `<run>/wandb/` (`wandb sync` sends it, if the user wants)."""
 
     def __init__(self, run, options: dict):
-        try:
-            import wandb
-        except ImportError:
-            raise SelectorLensError(
-                "--log wandb needs Weights & Biases: pip install 'selector-lens[wandb]'"
-            ) from None
-        self.run = wandb.init(
+        self.run = _extra("wandb", "wandb").init(
             project="selector-lens",
             name=run.path.name,
             dir=str(run.path),
@@ -69,10 +69,15 @@ class WandB:
         self.run.finish()
 
 
-def open_tracker(name: str | None, run, options: dict):
-    """The tracker `name` for `run` (None: none)."""
-    if name is None:
-        return None
-    if name not in TRACKERS:
+TRACKERS = {"tensorboard": TensorBoard, "wandb": WandB}
+
+
+def check_tracker(name: str | None) -> None:
+    """One line for a tracker name that is not one (before anything is written)."""
+    if name is not None and name not in TRACKERS:
         raise SelectorLensError(f"unknown tracker {name!r}; choose one of {', '.join(TRACKERS)}")
-    return (TensorBoard if name == "tensorboard" else WandB)(run, options)
+
+
+def open_tracker(name: str | None, run, options: dict):
+    """The tracker `name` (checked by `check_tracker`) for `run`; None for none."""
+    return None if name is None else TRACKERS[name](run, options)

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from selector_lens import __version__
-from selector_lens.analysis.ablation import parse_head
+from selector_lens.analysis.ablation import HeadAblation, head_label, parse_head
 from selector_lens.config import RESUMABLE, TrainConfig
 from selector_lens.errors import SelectorLensError
 from selector_lens.files import atomic_write, atomic_write_text
@@ -26,7 +26,7 @@ from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
 from selector_lens.runs.transition import summarize
 from selector_lens.task.order import BatchOrder
-from selector_lens.training.trackers import TRACKERS, open_tracker
+from selector_lens.training.trackers import check_tracker, open_tracker
 
 
 def resolve_device(name: str) -> str:
@@ -254,8 +254,6 @@ def branch_ablation(run: Run, record: dict, cfg: TrainConfig):
         return None
     from safetensors.torch import load_file
 
-    from selector_lens.analysis.ablation import HeadAblation, head_label
-
     mode = record.get("ablate_mode", "mean")
     values = {}
     if mode == "mean":
@@ -310,8 +308,7 @@ def train_many(
     """
     cfgs = list(cfgs)
     outs = list(outs) if outs is not None else [None] * len(cfgs)
-    if log is not None and log not in TRACKERS:  # before anything is written
-        raise SelectorLensError(f"unknown tracker {log!r}; choose one of {', '.join(TRACKERS)}")
+    check_tracker(log)  # before anything is written
     if len({batch_key(c) for c in cfgs}) > 1:
         raise SelectorLensError(
             "train_many needs runs with the same model, sequence length, batch size, clipping and device"

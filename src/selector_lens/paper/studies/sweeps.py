@@ -35,16 +35,18 @@ TAU_DEFINITIONS = {  # run_table's column: what it times (the paper's code uses 
 }
 
 
-def _d_fits(table, column: str, paper_fit: dict) -> dict:
-    """τ vs D (and vs K at fixed D) with τ from `column`, and α's difference from the paper's."""
+def _d_fits(table, column: str, paper_fit: dict) -> tuple[dict, dict | None]:
+    """τ vs D with τ from `column` (`scaling_fits`), α's difference from the paper's, and the
+    τ-vs-D fit with its bootstrap draws (for the figure's band); None below two D."""
     from selector_lens.runs.transition import exponent_difference, power_law_fit, scaling_fits
 
     t = table.assign(tau=table[column])
-    fits = scaling_fits(t)
+    fits, fit = scaling_fits(t), None
     done = t[t.tau.notna()]
     if done.D.nunique() >= 2:
-        fits["difference"] = exponent_difference(power_law_fit(done.D, done.tau), paper_fit)
-    return fits
+        fit = power_law_fit(done.D, done.tau)
+        fits["difference"] = exponent_difference(fit, paper_fit)
+    return fits, fit
 
 
 def scaling(setup: Setup) -> Study:
@@ -52,7 +54,7 @@ def scaling(setup: Setup) -> Study:
     reads the candidate loss, the paper's own), α against the paper's published points."""
     import pandas as pd
 
-    from selector_lens.runs.transition import power_law_fit
+    from selector_lens.runs.transition import power_law_fit, scaling_fits
     from selector_lens.viz import tau_vs_d, tau_vs_k
 
     scale, out = setup.scale, setup.dir("scaling")
@@ -64,12 +66,12 @@ def scaling(setup: Setup) -> Study:
     d_table = run_table([r.path for part in d_parts for r in finished[part]])
     k_table = run_table([r.path for r in finished["k"]])
     paper_fit = power_law_fit(PAPER_TAU_VS_D["D"], PAPER_TAU_VS_D["tau"])
-    by_definition = {}
+    by_definition, band = {}, {}
     for column in TAU_DEFINITIONS:
-        fits = _d_fits(d_table, column, paper_fit)
-        fits["tau_vs_K"] = _d_fits(k_table, column, paper_fit)["tau_vs_K"]
+        fits, band[column] = _d_fits(d_table, column, paper_fit)
+        fits["tau_vs_K"] = scaling_fits(k_table.assign(tau=k_table[column]))["tau_vs_K"]
         by_definition[column] = fits
-    seed_42 = _d_fits(d_table[d_table.seed == 42], "tau", paper_fit)
+    seed_42, _ = _d_fits(d_table[d_table.seed == 42], "tau", paper_fit)
     fits = by_definition["tau"]
     table = pd.concat([d_table, k_table], ignore_index=True)
     result = {
@@ -91,9 +93,7 @@ def scaling(setup: Setup) -> Study:
             [int(r.D), int(r.tau), int(r.k)] for r in d_table[d_table.tau.notna()].itertuples()
         ],
     }
-    done = d_table[d_table.tau.notna()]
-    fit = power_law_fit(done.D, done.tau) if done.D.nunique() >= 2 else None
-    figs = [tau_vs_d(d_table, fit, PAPER_TAU_VS_D), tau_vs_k(k_table)]
+    figs = [tau_vs_d(d_table, band["tau"], PAPER_TAU_VS_D), tau_vs_k(k_table)]
     _save(out, "scaling", result)
     diff = fits.get("difference")
     k_cis = [k["alpha_ci"] for k in fits["tau_vs_K"].values()]
