@@ -386,10 +386,22 @@ def test_sweep_and_fit_commands(tmp_path):
     assert none.returncode == 2 and "no run found" in none.stderr
 
 
-def test_resume_reads_the_runs_options_and_takes_only_those_given(tmp_path):
+def test_resume_reads_the_runs_options_refuses_others_and_extends_on_purpose(tmp_path):
     args = [*SMALL_RUN, "--steps", "20", "--eval-every", "10"]
     assert cli("train", *args, "--out", tmp_path / "r", "--json").returncode == 0
-    out = cli("train", "--out", tmp_path / "r", "--resume", "--steps", "40", "--json")
+    raised = cli("train", "--out", tmp_path / "r", "--resume", "--steps", "40")
+    assert raised.returncode == 2
+    assert (
+        "--steps 40 differs from the run's 20 (run.json): raise it with --extend-to N"
+        in raised.stderr
+    )
+    other = cli("train", "--out", tmp_path / "r", "--resume", "--lr", "0.01")
+    assert other.returncode == 2 and "--lr 0.01 differs from the run's 0.001" in other.stderr
+    back = cli("train", "--out", tmp_path / "r", "--resume", "--extend-to", "10")
+    assert back.returncode == 2 and "already trained to step 20" in back.stderr
+    assert cli("train", "--out", tmp_path / "r", "--extend-to", "40").returncode == 2
+    same = [*args, "--out", tmp_path / "r", "--resume", "--extend-to", "40", "--json"]
+    out = cli("train", *same)  # repeating the run's own options is fine
     assert out.returncode == 0, out.stderr
     run = sl.Run.open(tmp_path / "r")
     assert (run.config.steps, run.config.model.n_layers, run.config.task.k) == (40, 1, 3)

@@ -7,7 +7,12 @@ the checkpoints, one model loaded in place.
 
 from __future__ import annotations
 
+import base64
+
+import numpy as np
 import torch
+from jaxtyping import Float, Int
+from torch import Tensor
 
 from selector_lens.errors import SelectorLensError
 
@@ -65,45 +70,104 @@ def attention_to_z(run, steps=None, query: str = "a1"):
 
 
 @torch.inference_mode()
-def attention_patterns(model, tokens: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-    """[n_layers, n_heads, query, key] attention pattern, averaged over the rows of `tokens`.
-
-    Pass a single example (tokens[i:i+1]) for its own pattern. Note that the entropy of an
-    average pattern is not the average entropy; `attention_to_z` computes the former.
-    """
+def each_pattern(
+    model, tokens: Int[Tensor, "batch pos"]
+) -> Float[Tensor, "batch layer head query key"]:
+    """Every example's own attention pattern at every layer and head."""
     L = model.cfg.n_layers
     names = {f"blocks.{l}.attn.hook_pattern" for l in range(L)}
-    total = None
     device = next(model.parameters()).device
-    for lo in range(0, len(tokens), chunk):
-        _, cache = model.run_with_cache(
-            tokens[lo : lo + chunk].to(device), names_filter=lambda n: n in names
-        )
-        part = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"].sum(0) for l in range(L)]).cpu()
-        total = part if total is None else total + part
+    _, cache = model.run_with_cache(tokens.to(device), names_filter=lambda n: n in names)
+    return torch.stack([cache[f"blocks.{l}.attn.hook_pattern"] for l in range(L)], 1).cpu()
+
+
+def attention_patterns(
+    model, tokens: Int[Tensor, "batch pos"], chunk: int = 1024
+) -> Float[Tensor, "layer head query key"]:
+    """The attention pattern averaged over the rows of `tokens`.
+
+    Note that the entropy of an average pattern is not the average entropy; `attention_to_z`
+    computes the former.
+    """
+    total = sum(
+        each_pattern(model, tokens[lo : lo + chunk]).sum(0) for lo in range(0, len(tokens), chunk)
+    )
     return total / len(tokens)
 
 
-EXPLORER_VERSION = "1"
+EXPLORER_VERSION = "2"  # rows: one example's pattern as bytes (v1: one example's, as floats)
 
 
-def example_patterns(run, steps, example: int = 0, recompute: bool = False) -> dict:
-    """{step: [layer, head, query, key] attention pattern of one example} at each step (the
-    dashboard's attention explorer), kept in the run's analysis store."""
-    import numpy as np
+def to_bytes(pattern: np.ndarray) -> str:
+    """An attention pattern (values in 0..1) as base64 of one byte each, in steps of 1/255: the
+    explorer shows colours, and this keeps 16 examples x 12 checkpoints near 1 MB."""
+    return base64.b64encode(np.round(np.asarray(pattern) * 255).astype(np.uint8).tobytes()).decode()
 
+
+def from_bytes(text: str, shape) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), np.uint8).reshape(shape) / 255.0
+
+
+def explorer_examples(n_examples: int, first: int = 0, count: int = 16) -> list[int]:
+    """The examples the attention explorer offers: `first`, then `count - 1` more spread evenly
+    over the data (its menu picks among them, with no regeneration)."""
+    from selector_lens.runs.steps import thin
+
+    if not 0 <= first < n_examples:
+        raise SelectorLensError(
+            f"example {first} out of range: the run has examples 0..{n_examples - 1}"
+        )
+    spread = [e for e in thin(range(n_examples), count) if e != first]
+    return [first, *spread[: max(count - 1, 0)]]
+
+
+def example_patterns(
+    run, steps, examples: list[int], recompute: bool = False
+) -> tuple[list[int], dict[int, np.ndarray]]:
+    """The attention patterns of `examples` (the dashboard's attention explorer), kept in the
+    run's analysis store: (examples, {step: [example, layer, head, query, key]}), to 1/255.
+
+    A run published before the explorer held several examples stored its first one alone (as
+    floats); that one is served, and the examples returned say so."""
     from selector_lens.runs.store import per_checkpoint
 
     n = run.config.task.n_examples
-    if not 0 <= example < n:
-        raise SelectorLensError(f"example {example} out of range: the run has examples 0..{n - 1}")
+    bad = [e for e in examples if not 0 <= e < n]
+    if bad:
+        raise SelectorLensError(f"example {bad[0]} out of range: the run has examples 0..{n - 1}")
+    m, task = run.config.model, run.config.task
+    shape = (m.n_layers, m.n_heads, task.seq_len, task.seq_len)
 
     def make_rows():
-        tokens = run.task_data.tokens[example : example + 1]
+        tokens = run.task_data.tokens[list(examples)]
+        return lambda step, model: [
+            {"example": e, "pattern": to_bytes(p)}
+            for e, p in zip(examples, each_pattern(model, tokens).numpy())
+        ]
+
+    def v1_rows():
+        tokens = run.task_data.tokens[examples[0] : examples[0] + 1]
         return lambda step, model: [{"pattern": attention_patterns(model, tokens).tolist()}]
 
-    params = {"example": example}
-    table = per_checkpoint(
-        run, "attention_explorer", EXPLORER_VERSION, params, steps, make_rows, recompute
-    )
-    return {int(r.step): np.asarray(r.pattern) for r in table.itertuples()}
+    try:
+        table = per_checkpoint(
+            run,
+            "attention_explorer",
+            EXPLORER_VERSION,
+            {"examples": list(examples)},
+            steps,
+            make_rows,
+            recompute,
+        )
+    except SelectorLensError:
+        if run.has_weights:
+            raise
+        v1 = {"example": examples[0]}
+        table = per_checkpoint(run, "attention_explorer", "1", v1, steps, v1_rows)
+        return examples[:1], {int(r.step): np.asarray(r.pattern)[None] for r in table.itertuples()}
+    at = {e: i for i, e in enumerate(examples)}
+    out = {}
+    for step, rows in table.groupby("step"):
+        rows = sorted(rows.itertuples(), key=lambda r: at[r.example])
+        out[int(step)] = np.stack([from_bytes(r.pattern, shape) for r in rows])
+    return list(examples), out

@@ -36,12 +36,15 @@ class RunTables:
     cascade: dict | None = None  # `routing.cascade` of that head: onsets of attention and Δz
     attention: object = None  # attention_to_z (from metrics.jsonl)
     patching: object = None  # patch_series at resid_pre
-    token_labels: list[str] | None = None  # the example's tokens (patching and explorer axes)
+    token_labels: list[str] | None = None  # the example's tokens (the patching axes)
     weights: object = None  # weight_trajectory
     lens: object = None  # logit_lens
     representations: object = None  # representation_stats
-    explorer: dict | None = None  # {step: [layer, head, query, key]} of one example
-    example: int = 0
+    explorer: dict | None = None  # {step: [example, layer, head, query, key]}
+    examples: list[int] = field(default_factory=list)  # the explorer's, `example` first
+    example_tokens: list[list[str]] = field(default_factory=list)  # each one's tokens
+    z_positions: list[int] = field(default_factory=list)  # keys the explorer outlines
+    query_pos: int | None = None  # the query that predicts a1, outlined too
     branches: list[dict] = field(default_factory=list)  # children: name, step, label, metrics
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # time spent on each table
@@ -71,6 +74,7 @@ def gather(
     patch_steps: int = 8,
     example: int = 0,
     explorer_steps: int = 12,
+    explorer_count: int = 16,
     mode: str = "mean",
     lens_steps: int = 8,
     recompute: bool = False,
@@ -79,7 +83,11 @@ def gather(
     where they are not; `recompute=True` computes all). Parts that need what the run lacks (a
     transition, z, candidates, weights) are left out with a note saying why."""
     from selector_lens.analysis.ablation import ablate_each_head
-    from selector_lens.analysis.attention import attention_to_z, example_patterns
+    from selector_lens.analysis.attention import (
+        attention_to_z,
+        example_patterns,
+        explorer_examples,
+    )
     from selector_lens.analysis.patching import patch_series
     from selector_lens.analysis.routing import cascade, most_necessary_head
     from selector_lens.runs.steps import thin
@@ -89,10 +97,7 @@ def gather(
     if not rows:
         raise SelectorLensError(f"{run.path} has no metrics yet: nothing to show")
     cfg, task = run.config, run.config.task
-    if not 0 <= example < task.n_examples:
-        raise SelectorLensError(
-            f"example {example} out of range: the run has examples 0..{task.n_examples - 1}"
-        )
+    examples = explorer_examples(task.n_examples, example, explorer_count)
     tau = run.tau()
     last = rows[-1]
     summary = [
@@ -130,7 +135,9 @@ def gather(
         task.has_candidates,
         tau,
         phases,
-        example=example,
+        examples=examples,
+        z_positions=task.z_positions,
+        query_pos=task.first_target_pos,
         branches=[_branch_curves(c) for c in run.children()],
     )
     clock = time.perf_counter
@@ -165,8 +172,8 @@ def gather(
         )
     if task.has_z:
         t.attention = attention_to_z(run)
-    labels = decode(run.task_data.tokens[example].tolist())
-    t.token_labels = labels
+    t.example_tokens = [decode(run.task_data.tokens[e].tolist()) for e in examples]
+    t.token_labels = t.example_tokens[0]
     if task.direction == "bz_to_a" and task.k > 1 and run.steps and patch_steps > 0:
         t.patching = part(
             "patching",
@@ -189,10 +196,13 @@ def gather(
             t.representations = part(
                 "representations", lambda: representation_stats(run, some, recompute=recompute)
             )
-        t.explorer = part(
+        found = part(
             "explorer",
-            lambda: example_patterns(run, thin(run.steps, explorer_steps), example, recompute),
+            lambda: example_patterns(run, thin(run.steps, explorer_steps), examples, recompute),
         )
+        if found is not None:
+            t.examples, t.explorer = found
+            t.example_tokens = t.example_tokens[: len(t.examples)]
     return t
 
 

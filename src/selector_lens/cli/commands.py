@@ -57,6 +57,11 @@ RootOpt = Annotated[
 ]
 
 
+# what typer hands a command (typer.Context is a subclass it never instantiates; a runtime type
+# check of the callback wants the class of the object itself)
+ClickContext = typer.Context.__base__
+
+
 def config_options(func):
     """Give a command one option per config field (`config.OPTIONS`: name, type, default and help
     come from the dataclasses), ahead of its own options; it receives them in `**options`."""
@@ -77,12 +82,19 @@ def config_options(func):
 
 @app.command(
     epilog="Examples:\n\n  selector-lens train --k 10 --n-bases 1000 --seed 42 --steps 6000 --out checkpoints/k10\n\n"
-    "  selector-lens train --out checkpoints/k10 --resume   # continue a killed run"
+    "  selector-lens train --out checkpoints/k10 --resume   # continue a killed run\n\n"
+    "  selector-lens train --out checkpoints/k10 --resume --extend-to 12000   # train on past its budget"
 )
 @config_options
 def train(
+    ctx: ClickContext,
     out: Path | None = typer.Option(None, help="Run directory (default: checkpoints/<name>)."),
-    resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
+    resume: bool = typer.Option(
+        False, help="Continue the run in --out from its last checkpoint, with run.json's options."
+    ),
+    extend_to: int | None = typer.Option(
+        None, "--extend-to", help="With --resume: raise the run's step budget to N."
+    ),
     restart: bool = typer.Option(
         False, help="Train the run in --out again from step 0 (what it trained is removed)."
     ),
@@ -104,7 +116,10 @@ def train(
     from selector_lens.training.trainer import train as run_training
 
     t0 = time.perf_counter()
-    cfg = from_options(_resumed_options(out, options) if resume else options)
+    if extend_to is not None and not resume:
+        raise SelectorLensError("--extend-to raises a resumed run's budget: pass --resume with it")
+    given = [n for n in options if ctx.get_parameter_source(n).name == "COMMANDLINE"]
+    cfg = from_options(_resumed_options(out, options, given, extend_to) if resume else options)
     try:
         run = run_training(
             cfg, out=out, resume=resume, progress=not json_out, restart=restart, log=log
@@ -211,17 +226,38 @@ def branch(
         fmt.train_summary(summary)
 
 
-def _resumed_options(out: Path | None, options: dict) -> dict:
-    """A resumed run's options: its run.json's, with those set on this command line to other
-    than their defaults on top (`--steps 12000` raises the budget; nothing given continues the
-    run as it was)."""
+def _resumed_options(out: Path | None, options: dict, given: list[str], extend_to) -> dict:
+    """A resumed run's options: its run.json's. An option given on this command line must say
+    the same (or be one a resume may change: device, state_every); the budget rises only on
+    purpose, with `--extend-to`."""
     from selector_lens.runs import rundir
     from selector_lens.runs.run import Run
 
     if out is None or not rundir.is_run(out):
+        if extend_to is not None:
+            raise SelectorLensError(f"--extend-to: {out} holds no run to extend")
         return options
-    given = {n: v for n, v in options.items() if v != OPTIONS[n].default}
-    return {**Run.open(out).config.options(), **given}
+    stored = Run.open(out).config.options()
+    for name in given:
+        if options[name] != stored[name] and name not in ("device", "state_every"):
+            flag = "--" + name.replace("_", "-")
+            hint = (
+                "raise it with --extend-to N"
+                if name == "steps"
+                else "drop it, or choose another --out"
+            )
+            raise SelectorLensError(
+                f"{flag} {options[name]} differs from the run's {stored[name]} (run.json): {hint}"
+            )
+    resumed = {**stored, **{n: options[n] for n in given}}
+    if extend_to is not None:
+        trained = Run(out).steps
+        if extend_to <= (trained[-1] if trained else 0):
+            raise SelectorLensError(
+                f"--extend-to {extend_to}: the run has already trained to step {trained[-1]}"
+            )
+        resumed["steps"] = extend_to
+    return resumed
 
 
 # --- analyses over a run's checkpoints -------------------------------------------------------
@@ -677,7 +713,12 @@ def dashboard(
         True, help="Ablate every head at pre/mid/post (the slowest part)."
     ),
     patch_steps: int = typer.Option(8, help="Checkpoints in the patching slider (0: no patching)."),
-    example: int = typer.Option(0, help="Example shown in the attention explorer."),
+    example: int = typer.Option(
+        0, help="Example the attention explorer opens on (and the patching axes' tokens)."
+    ),
+    explorer_examples: int = typer.Option(
+        16, help="Examples the explorer's menu offers: --example, then others spread over the data."
+    ),
     explorer_steps: int = typer.Option(12, help="Checkpoints in the attention explorer's slider."),
     open_browser: bool = typer.Option(False, "--open", help="Open the file in a browser."),
 ):
@@ -697,6 +738,7 @@ def dashboard(
             patch_steps=patch_steps,
             example=example,
             explorer_steps=explorer_steps,
+            explorer_count=explorer_examples,
         )
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t:.0f} s")
     if open_browser:

@@ -1,8 +1,9 @@
-"""Plotly figures from the analysis tables, and the self-contained HTML dashboards."""
+"""Plotly figures from the analysis tables, the attention explorer (an HTML block), and the
+self-contained HTML dashboards."""
 
+from selector_lens.viz.explorer import attention_explorer
 from selector_lens.viz.figures import (
     ablation_heatmaps,
-    attention_explorer,
     attention_heatmap,
     branch_overlay,
     cascade_timeline,
@@ -24,7 +25,6 @@ __all__ = [
     "group_transition",
     "ablation_heatmaps",
     "patching_heatmap",
-    "attention_explorer",
     "tau_vs_d",
     "tau_vs_k",
     "logit_lens_curves",
@@ -32,4 +32,5 @@ __all__ = [
     "representation_curves",
     "cascade_timeline",
     "branch_overlay",
+    "attention_explorer",
 ]

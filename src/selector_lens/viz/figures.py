@@ -290,56 +290,6 @@ def patching_heatmap(table, token_labels: list[str] | None = None) -> go.Figure:
     return fig
 
 
-def attention_explorer(patterns: dict[int, np.ndarray], token_labels: list[str]) -> go.Figure:
-    """Every layer's and head's attention pattern for one example; a slider over checkpoints.
-
-    patterns: step -> [n_layers, n_heads, query, key] array. Axis labels are `i:token` so that
-    repeated tokens (two SEPs) stay distinct positions.
-    """
-    steps = sorted(patterns)
-    L, H = patterns[steps[0]].shape[:2]
-    labels = [f"{i}:{t}" for i, t in enumerate(token_labels)]
-    fig = make_subplots(
-        rows=L,
-        cols=H,
-        subplot_titles=head_labels(L, H),
-        horizontal_spacing=0.07,
-        vertical_spacing=0.35 / L,  # room for the rotated key labels under each panel
-    )
-    for i, step in enumerate(steps):
-        for l in range(L):
-            for h in range(H):
-                fig.add_trace(
-                    go.Heatmap(
-                        z=np.round(patterns[step][l, h], 3),
-                        x=labels,
-                        y=labels,
-                        zmin=0,
-                        zmax=1,
-                        colorscale="Viridis",
-                        showscale=l == 0 and h == 0,  # one colorbar: every panel is 0..1
-                        colorbar_title="attention",
-                        visible=i == len(steps) - 1,
-                        hovertemplate="query %{y} → key %{x}: %{z:.3f}<extra>"
-                        + f"L{l}H{h}</extra>",
-                    ),
-                    l + 1,
-                    h + 1,
-                )
-    fig.update_yaxes(autorange="reversed", tickfont_size=8)
-    fig.update_xaxes(tickfont_size=8, tickangle=90)
-    for col in range(1, H + 1):  # axis titles on the outer panels only
-        fig.update_xaxes(title_text="key", title_font_size=10, row=L, col=col)
-    for row in range(1, L + 1):
-        fig.update_yaxes(title_text="query", title_font_size=10, row=row, col=1)
-    fig.update_layout(
-        title="Attention patterns (rows: query, columns: key; tokens on the axes)",
-        height=300 * L + 220,
-        sliders=_slider(len(steps), L * H, steps, "step "),
-    )
-    return fig
-
-
 def cascade_timeline(metrics, c: dict) -> go.Figure:
     """The cascade (`routing.cascade`): the routing head's attention to z and Δz against step,
     with their onsets and τ marked, so the lead of each over the drop reads off the axis."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from selector_lens.viz.dashboard import write_html
+from selector_lens.viz.page import write_html
 
 VERDICT_COLOURS = {
     "reproduced": "#d4edda",

@@ -91,14 +91,34 @@ def test_ablation_and_patching_heatmaps_equal_their_tables(run):
     assert len(set(fig.data[0].x)) == 16  # repeated tokens stay distinct positions
 
 
-def test_attention_explorer_traces(run):
-    pats = {
-        s: sl.attention_patterns(m, run.task_data.tokens[:1]).numpy()
-        for s, m in run.series([0, 60])
-    }
-    fig = viz.attention_explorer(pats, ["x"] * 16)
-    assert len(fig.data) == 2 * 2 * 2  # steps x layers x heads
-    assert np.allclose(np.array(fig.data[-1].z), pats[60][1, 1].round(3))
+def test_explorer_patterns_are_each_examples_own_to_a_byte(run, tmp_path):
+    from selector_lens.analysis.attention import example_patterns, explorer_examples
+    from selector_lens.paper.publish import publish_run
+
+    examples = explorer_examples(run.config.task.n_examples, 5, 4)
+    assert examples[0] == 5 and len(set(examples)) == 4
+    with pytest.raises(sl.SelectorLensError, match="example 99 out of range"):
+        explorer_examples(run.config.task.n_examples, 99)
+    got, pats = example_patterns(run, [0, 60], examples)
+    assert got == examples and sorted(pats) == [0, 60]
+    for i, e in enumerate(examples):  # the oracle: the mean pattern of that example alone
+        own = sl.attention_patterns(run.model_at(60), run.task_data.tokens[e : e + 1]).numpy()
+        assert np.abs(pats[60][i] - own).max() <= 0.5 / 255 + 1e-9
+    # a run published when the store kept one example's explorer (v1, floats) still shows it
+    from selector_lens.runs.store import per_checkpoint
+
+    per_checkpoint(
+        run,
+        "attention_explorer",
+        "1",
+        {"example": 5},
+        [0, 60],
+        lambda: lambda s, m: [{"pattern": [[[[0.25]]]]}],
+    )
+    publish_run(run, tmp_path / "pub")
+    published = sl.Run.open(tmp_path / "pub")
+    got, pats = example_patterns(published, [0, 60], examples[:3])  # not stored as v2
+    assert got == [5] and pats[60].shape == (1, 1, 1, 1, 1) and pats[60].item() == 0.25
 
 
 # --- the dashboard, in a real browser -----------------------------------------------------
@@ -258,16 +278,12 @@ def test_every_dashboard_figure_titles_its_axes_and_names_its_lines(run, tmp_pat
     )
     dashboard.run_dashboard(run, tmp_path / "d.html", patch_steps=3, explorer_steps=3)
     figs = [b for b in drawn if not isinstance(b, str)]
-    assert len(figs) == 11
+    assert len(figs) == 10  # and the explorer, an HTML block (its own test)
     for fig in figs:
         layout = fig.layout.to_plotly_json()
         axes = [k for k in layout if k.startswith(("xaxis", "yaxis"))]
         assert axes, fig.layout.title.text
         titled = [a for a in axes if (layout[a].get("title") or {}).get("text")]
-        if fig.layout.title.text.startswith("Attention patterns"):  # a grid of panels: the
-            # bottom row's keys and the first column's queries are titled (2 x 2 here)
-            assert sorted(a[0] for a in titled) == ["x", "x", "y", "y"], titled
-            continue
         assert titled == axes, (fig.layout.title.text, sorted(set(axes) - set(titled)))
         assert all(d.name for d in fig.data if d.type == "scatter"), fig.layout.title.text
 
@@ -293,4 +309,51 @@ def test_every_figure_saves_as_png_and_svg_offline(run, tmp_path):
             bars.nth(0).locator("button", has_text="save SVG").click()
         svg = Path(saved.value.path()).read_text()
         assert saved.value.suggested_filename == "figure-1.svg" and "<svg" in svg
+        browser.close()
+
+
+def test_the_attention_explorer_picks_example_head_and_checkpoint_in_the_page(run, tmp_path):
+    """Chromium drives the controls; what it draws is the stored pattern of the chosen example,
+    head and checkpoint, with the z keys and the a1 query outlined and bold."""
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    from selector_lens.analysis.attention import example_patterns
+    from tests.helpers import CHROMIUM
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium not installed")
+    task = run.config.task
+    path = run_dashboard(run, tmp_path / "d.html", patch_steps=0, example=3, explorer_steps=2)
+    from selector_lens.analysis.attention import explorer_examples
+
+    asked = explorer_examples(task.n_examples, 3)
+    examples, pats = example_patterns(run, thin(run.steps, 2), asked)
+    assert examples[0] == 3
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(path.resolve().as_uri())
+        page.wait_for_function("document.getElementById('explorer-plot').data")
+        plot = "document.getElementById('explorer-plot')"
+        n_ex = page.locator("#explorer-example option").count()
+        assert n_ex == len(examples) and page.locator("#explorer-head option").count() == 1 + 4
+        assert page.evaluate(f"{plot}.data.length") == 4  # every head, 2 x 2
+        assert page.evaluate(f"{plot}.data.filter(t => t.showscale).length") == 1  # a colorbar
+        page.select_option("#explorer-head", label="L1H0")
+        page.select_option("#explorer-example", index=2)
+        page.fill("#explorer-step", "0")
+        page.dispatch_event("#explorer-step", "input")
+        z = np.array(page.evaluate(f"{plot}.data[0].z"))
+        assert page.evaluate(f"{plot}.data.length") == 1
+        assert np.abs(z - pats[0][2, 1, 0]).max() < 1e-6  # example index 2, L1H0, step 0
+        assert page.inner_text("#explorer-step-label").startswith("step 0")
+        ticks = page.evaluate(f"{plot}.layout.xaxis.ticktext")
+        bold = [i for i, t in enumerate(ticks) if t.startswith("<b>")]
+        assert bold == sorted({*task.z_positions, task.first_target_pos})
+        shapes = page.evaluate(f"{plot}.layout.shapes")
+        assert {s["line"]["color"] for s in shapes} == {"red", "orange"}
+        assert errors == []
         browser.close()

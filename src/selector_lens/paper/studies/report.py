@@ -216,7 +216,7 @@ def run_study(
         study = SEED_STUDIES[name](runs, setup.dir("seeds"), scale, *extra)
     else:
         study = STUDY_FUNCS[name](setup)
-    from selector_lens.viz.dashboard import write_html
+    from selector_lens.viz.page import write_html
 
     where = setup.dir("seeds" if name in SEED_STUDIES else name)
     if study.figures:
