@@ -167,7 +167,7 @@ def example_patterns(
         return examples[:1], {int(r.step): np.asarray(r.pattern)[None] for r in table.itertuples()}
     at = {e: i for i, e in enumerate(examples)}
     out = {}
-    for step, rows in table.groupby("step"):
+    for step, rows in table.groupby("step") if len(table) else []:
         rows = sorted(rows.itertuples(), key=lambda r: at[r.example])
         out[int(step)] = np.stack([from_bytes(r.pattern, shape) for r in rows])
     return list(examples), out

@@ -40,6 +40,7 @@ class RunTables:
     weights: object = None  # weight_trajectory
     lens: object = None  # logit_lens
     representations: object = None  # representation_stats
+    landscape: object = None  # the landscape the store keeps (never computed here: minutes)
     explorer: dict | None = None  # {step: [example, layer, head, query, key]}
     examples: list[int] = field(default_factory=list)  # the explorer's, `example` first
     example_tokens: list[list[str]] = field(default_factory=list)  # each one's tokens
@@ -196,14 +197,36 @@ def gather(
             t.representations = part(
                 "representations", lambda: representation_stats(run, some, recompute=recompute)
             )
+        t.landscape = _stored_landscape(run)
+        if t.landscape is None:
+            t.notes.append(
+                f"loss landscape: none stored (`selector-lens landscape --run {run.path}` adds "
+                "it, minutes at the paper's scale)"
+            )
         found = part(
             "explorer",
             lambda: example_patterns(run, thin(run.steps, explorer_steps), examples, recompute),
         )
-        if found is not None:
+        if found is not None and found[1]:
             t.examples, t.explorer = found
             t.example_tokens = t.example_tokens[: len(t.examples)]
     return t
+
+
+def _stored_landscape(run):
+    """The Lanczos landscape over the most checkpoints the store keeps, the largest sample
+    among those (None if none)."""
+    import pandas as pd
+
+    from selector_lens.analysis.landscape import LANDSCAPE_VERSION
+    from selector_lens.runs.store import stored_tables
+
+    ours = [
+        (len({r["step"] for r in rows}), params["sample"], rows)
+        for params, rows in stored_tables(run, "landscape", LANDSCAPE_VERSION)
+        if "estimator" not in params
+    ]
+    return pd.DataFrame(max(ours, key=lambda x: x[:2])[2]) if ours else None
 
 
 def analyze(run, recompute: bool = False) -> dict:

@@ -156,6 +156,26 @@ def per_checkpoint(
     return per_step(run, analysis, version, params, steps, compute, recompute)
 
 
+def stored_tables(run, analysis: str, version: str) -> list[tuple[dict, list[dict]]]:
+    """Every table of `analysis` the store keeps for these weights at this code version, whatever
+    parameters it was asked with: [(params, rows)], for showing what someone computed (the
+    dashboard's landscape), where `per_step` serves one request."""
+    out = []
+    for folder in sorted((run.path / STORE_DIR / analysis).glob("*")):
+        rows, params = [], None
+        for path in sorted(folder.glob("step_*.json")):
+            stored = json.loads(path.read_text())
+            key = stored["key"]
+            step = int(path.stem.split("_")[1])
+            fresh = key["version"] == f"{__version__}/{version}"
+            if fresh and step in run.steps and key["checksum"] == weights_checksum(run, step):
+                params = key["params"]
+                rows += stored["rows"]
+        if rows:
+            out.append((params, rows))
+    return out
+
+
 def _plain(x):
     """numpy scalars -> Python numbers for JSON."""
     return x.item() if hasattr(x, "item") else str(x)

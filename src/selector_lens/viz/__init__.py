@@ -9,6 +9,7 @@ from selector_lens.viz.figures import (
     cascade_timeline,
     dz_curve,
     group_transition,
+    landscape_curves,
     logit_lens_curves,
     loss_curves,
     patching_heatmap,
@@ -32,5 +33,6 @@ __all__ = [
     "representation_curves",
     "cascade_timeline",
     "branch_overlay",
+    "landscape_curves",
     "attention_explorer",
 ]

@@ -46,6 +46,8 @@ def draw_run(t, out, run_path) -> Path:
         blocks.append(figures.logit_lens_curves(t.lens, t.tau))
     if t.representations is not None:
         blocks.append(figures.representation_curves(t.representations, t.tau))
+    if t.landscape is not None:
+        blocks.append(figures.landscape_curves(t.landscape, t.tau))
     if t.explorer is not None:
         blocks.append(
             attention_explorer(

@@ -290,6 +290,54 @@ def patching_heatmap(table, token_labels: list[str] | None = None) -> go.Figure:
     return fig
 
 
+def landscape_curves(table, tau: int | None = None) -> go.Figure:
+    """The stored loss landscape (`analysis.landscape`) at its checkpoints: λmax and |λmin| on a
+    log axis (a negative λmin is a saddle), and the gradient noise's share along the top
+    curvature directions against the share a random subspace of that size would get."""
+    fig = make_subplots(
+        cols=2,
+        subplot_titles=("Hessian extremes", "gradient noise along the top directions"),
+        horizontal_spacing=0.12,
+    )
+    t = table.sort_values("step")
+    fig.add_scatter(x=t.step, y=t.lambda_max, name="λmax", mode="lines+markers", row=1, col=1)
+    fig.add_scatter(
+        x=t.step,
+        y=t.lambda_min.abs(),
+        name="|λmin| (λmin < 0: a saddle)",
+        mode="lines+markers",
+        row=1,
+        col=1,
+    )
+    if "noise_share_top" in t:
+        fig.add_scatter(
+            x=t.step,
+            y=t.noise_share_top,
+            name="noise share on the top directions",
+            mode="lines+markers",
+            row=1,
+            col=2,
+        )
+        fig.add_scatter(
+            x=t.step,
+            y=t.random_share,
+            name="a random subspace's share",
+            mode="lines+markers",
+            line_dash="dot",
+            row=1,
+            col=2,
+        )
+    if tau is not None:
+        for col in (1, 2):
+            fig.add_vline(x=tau, line_color="crimson", annotation_text=f"τ = {tau}", row=1, col=col)
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="eigenvalue (abs, log)", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="share of the noise's variance", type="log", row=1, col=2)
+    sample = int(t["sample"].iloc[0]) if "sample" in t else None
+    fig.update_layout(title=f"Loss landscape at the stored checkpoints ({sample} examples)")
+    return fig
+
+
 def cascade_timeline(metrics, c: dict) -> go.Figure:
     """The cascade (`routing.cascade`): the routing head's attention to z and Δz against step,
     with their onsets and τ marked, so the lead of each over the drop reads off the axis."""

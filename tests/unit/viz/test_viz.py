@@ -357,3 +357,26 @@ def test_the_attention_explorer_picks_example_head_and_checkpoint_in_the_page(ru
         assert {s["line"]["color"] for s in shapes} == {"red", "orange"}
         assert errors == []
         browser.close()
+
+
+def test_the_dashboard_shows_the_landscape_the_store_keeps(run, tmp_path, monkeypatch):
+    """Never computed by the dashboard (minutes at scale): the stored Lanczos table over the most
+    checkpoints (then the largest sample) is drawn as it is; without one, a note names the
+    command that adds it."""
+    from selector_lens.analysis.landscape import landscape
+    from selector_lens.analysis.tables import gather
+
+    copy = sl.Run.open(shutil.copytree(run.path, tmp_path / "r"))
+    quick = dict(power_iters=4, lanczos_iters=4, top_k=2, noise_batches=2)
+    bare = gather(copy, ablation=False, patch_steps=0, explorer_steps=0, lens_steps=0)
+    assert bare.landscape is None and any("landscape --run" in n for n in bare.notes)
+    small = landscape(copy, [20, 60], sample=8, **quick)
+    big = landscape(copy, [20, 40], sample=16, **quick)
+    landscape(copy, [60], sample=24, **quick)  # the largest sample, at one checkpoint
+    landscape(copy, [60], sample=32, estimator="shifted-power", **quick)  # not ours: not shown
+    t = gather(copy, ablation=False, patch_steps=0, explorer_steps=0, lens_steps=0)
+    assert t.landscape.equals(big) and not t.landscape.equals(small)
+    fig = viz.landscape_curves(t.landscape, t.tau)
+    assert list(fig.data[0].y) == list(big.lambda_max)
+    assert np.allclose(fig.data[1].y, big.lambda_min.abs())
+    assert list(fig.data[2].y) == list(big.noise_share_top)
