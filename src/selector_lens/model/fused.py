@@ -219,6 +219,17 @@ def forward(
         )
         x = x + _stack(models, lambda m: m.pos_embed.W_pos[offset : offset + P]).unsqueeze(1)
     kv = []
+    # The last block only at the positions unembedded (their keys and values need every
+    # position; its queries, output, MLP and residual do not): exact, ~1/8 of a training step.
+    last_only = (
+        positions is not None
+        and stop_at_layer is None
+        and past is None
+        and not keep_kv
+        and not any(layer == stop - 1 for layer, _ in hooks)
+        and stop - 1 not in replaced
+        and not (start_z is not None and start_at_layer == stop - 1)
+    )
     for layer in range(start_at_layer, stop):
         for name, fn in hooks.get((layer, "pre"), ()):
             out = fn(x[0], hook=_Hook(name, layer))
@@ -232,7 +243,12 @@ def forward(
         else:
             layer_past = None if past is None else past[layer - start_at_layer]
             pattern_hooks = hooks.get((layer, "pattern"))
-            z, new_kv = _layer_attention(x, blk, cfg, layer_past, past_repeat, pattern_hooks, layer)
+            queries = positions if last_only and layer == stop - 1 else None
+            z, new_kv = _layer_attention(
+                x, blk, cfg, layer_past, past_repeat, pattern_hooks, layer, queries
+            )
+            if queries is not None:
+                x = x[:, :, queries]
             if keep_kv:
                 kv.append(new_kv)
         if keep_kv and len(kv) < layer + 1 - start_at_layer:
@@ -242,7 +258,7 @@ def forward(
             out = fn(z, hook=_Hook(name, layer))
             z = z if out is None else out
         W_O = _stack(a, lambda t: t.W_O.reshape(H * dh, d))
-        x = x + _linear(z.reshape(M, B, P, H * dh), W_O, _stack(a, lambda t: t.b_O))
+        x = x + _linear(z.reshape(M, B, x.shape[2], H * dh), W_O, _stack(a, lambda t: t.b_O))
         w2 = _stack(blk, lambda b: b.ln2.w) if ln else None
         b2 = _stack(blk, lambda b: b.ln2.b) if ln else None
         h = _norm(x, w2, b2, cfg.eps)
@@ -252,7 +268,7 @@ def forward(
     if stop_at_layer is not None:  # as in TransformerLens, even at n_layers: the residual stream
         x = x[0] if single else x
         return (x, kv) if keep_kv else x
-    if positions is not None:
+    if positions is not None and not last_only:
         x = x[:, :, positions]
     wf = _stack(models, lambda m: m.ln_final.w) if ln else None
     bf = _stack(models, lambda m: m.ln_final.b) if ln else None
@@ -264,10 +280,13 @@ def forward(
     return (logits, kv) if keep_kv else logits
 
 
-def _layer_attention(x, blk, cfg, past, past_repeat: int, pattern_hooks, layer: int):
+def _layer_attention(
+    x, blk, cfg, past, past_repeat: int, pattern_hooks, layer: int, queries: slice | None = None
+):
     """One layer's attention: LN1, Q, K and V of every head in one GEMM, causal attention onto
     `past` and the new positions. Returns z in TransformerLens's hook_z layout [rows, pos, head,
-    d_head] and the new positions' keys and values."""
+    d_head] and the new positions' keys and values. With `queries` (no past, no hooks), only
+    those positions query: their z, [rows, queries, head, d_head]."""
     M, B, P = x.shape[:3]
     H, dh, ln = cfg.n_heads, cfg.d_head, cfg.normalization_type == "LN"
     a = [b.attn for b in blk]
@@ -275,15 +294,30 @@ def _layer_attention(x, blk, cfg, past, past_repeat: int, pattern_hooks, layer: 
     b1 = _stack(blk, lambda b: b.ln1.b) if ln else None
     h = _norm(x, w1, b1, cfg.eps)
     # Q, K and V of every head as one [d_model, 3 * H * d_head] matrix: one GEMM per layer.
-    W_qkv = _stack(
-        a, lambda t: rearrange(torch.stack([t.W_Q, t.W_K, t.W_V]), "qkv h d e -> d (qkv h e)")
+    which = ("W_Q", "W_K", "W_V") if queries is None else ("W_K", "W_V")
+    W = _stack(
+        a, lambda t: rearrange(torch.stack([getattr(t, w) for w in which]), "n h d e -> d (n h e)")
     )
-    b_qkv = _stack(
-        a, lambda t: rearrange(torch.stack([t.b_Q, t.b_K, t.b_V]), "qkv h e -> (qkv h e)")
+    b = _stack(
+        a,
+        lambda t: rearrange(
+            torch.stack([getattr(t, "b" + w[1:]) for w in which]), "n h e -> (n h e)"
+        ),
     )
-    qkv = _linear(h, W_qkv, b_qkv).view(M * B, P, 3, H, dh)
-    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # each [rows, head, pos, d_head]
-    z = _attention(q, k, v, past, past_repeat, pattern_hooks, layer)
+    out = _linear(h, W, b).view(M * B, P, len(which), H, dh)
+    heads = [out[:, :, i].transpose(1, 2) for i in range(len(which))]  # [rows, head, pos, d_head]
+    if queries is None:
+        q, k, v = heads
+        z = _attention(q, k, v, past, past_repeat, pattern_hooks, layer)
+        return z.transpose(1, 2), (k, v)
+    k, v = heads
+    hq = h[:, :, queries]
+    W_Q = _stack(a, lambda t: rearrange(t.W_Q, "h d e -> d (h e)"))
+    q = _linear(hq, W_Q, _stack(a, lambda t: t.b_Q.reshape(-1)))
+    q = q.view(M * B, hq.shape[2], H, dh).transpose(1, 2)
+    at = torch.arange(P, device=x.device)
+    causal = at[queries][:, None] >= at[None, :]  # [queries, keys]
+    z = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
     return z.transpose(1, 2), (k, v)
 
 

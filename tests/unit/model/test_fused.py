@@ -35,6 +35,19 @@ def test_fused_forward_equals_hooked_transformer(act_fn, norm):
     torch.testing.assert_close(fused.forward(model, x), model(x), atol=1e-5, rtol=1e-5)
 
 
+def test_the_last_block_at_the_unembedded_positions_alone_gives_the_same_logits():
+    """Training unembeds the target positions only, and runs the last block there alone (its
+    keys and values still from every position): the logits are TransformerLens's there."""
+    models = [trained_like(sl.ModelConfig(n_layers=3), seed) for seed in (5, 6)]
+    x = TASK.generate().tokens[:24]
+    first = TASK.first_target_pos
+    for where in (slice(first, -1), slice(0, 1), slice(3, 9)):
+        got = fused.forward(models[0], x, positions=where)
+        torch.testing.assert_close(got, models[0](x)[:, where], atol=1e-5, rtol=1e-5)
+    both = fused.forward(models, torch.stack([x, x.flip(0)]), positions=slice(first, -1))
+    torch.testing.assert_close(both[1], models[1](x.flip(0))[:, first:-1], atol=1e-5, rtol=1e-5)
+
+
 def test_cached_passes_and_shared_past_equal_the_full_forward():
     model = trained_like(sl.ModelConfig(n_layers=2), 2)
     x = TASK.generate().tokens[:12]
