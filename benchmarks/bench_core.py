@@ -21,7 +21,7 @@ import selector_lens as sl
 from selector_lens.model.adapter import save_weights
 from selector_lens.task.eval_set import make_eval_set
 from selector_lens.task.order import BatchOrder
-from selector_lens.training.trainer import train_step
+from selector_lens.training.trainer import compiled_losses, make_optimizer, train_step
 
 
 def timed(fn, repeat: int = 20) -> float:
@@ -35,19 +35,19 @@ def timed(fn, repeat: int = 20) -> float:
     return statistics.median(times)
 
 
-def toolkit_steps(cfg: sl.TrainConfig, tokens: torch.Tensor, seeds=(None,)):
+def toolkit_steps(cfg: sl.TrainConfig, tokens: torch.Tensor, seeds=(None,), compiled=False):
     """Fresh models (one per seed; None = the config's) with their AdamW, and a function doing
-    one toolkit training step of all of them on the next batches of the run's data order."""
+    one toolkit training step of all of them on the next batches of the run's data order
+    (`compiled`: as `--compile` runs it)."""
     models = [sl.build_model(cfg.model, cfg.task, cfg.seed if s is None else s) for s in seeds]
-    opts = [
-        torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in models
-    ]
+    opts = [make_optimizer(cfg, m.parameters()) for m in models]
     order = BatchOrder(len(tokens), cfg.batch_size, cfg.seed)
     steps = iter(range(1, 10**9))
 
     def step():
         batches = torch.stack([tokens[order.indices(next(steps))] for _ in models])
-        train_step(models, opts, batches, cfg.task.first_target_pos, cfg.grad_clip)
+        losses_of = compiled_losses() if compiled else None
+        train_step(models, opts, batches, cfg.task.first_target_pos, cfg.grad_clip, (), losses_of)
 
     return models, step
 

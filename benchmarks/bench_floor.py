@@ -13,6 +13,7 @@ and for 100 steps (no evaluation or checkpoint in between), the difference over 
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import selector_lens as sl
 from selector_lens.task.order import BatchOrder
 
 ROUNDS = 5
+THREADS = (1, 2)
 SQUARE = (256, 512, 1024, 2048)
 
 
@@ -91,6 +93,7 @@ def cli_step_seconds(short: int = 100, long: int = 600) -> float:
                 [*cmd, "--no-early-stop", "--out", f"{tmp}/r", "--json"],
                 check=True,
                 capture_output=True,
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
             )
             times.append(time.perf_counter() - t)
     return (times[1] - times[0]) / (long - short)
@@ -101,6 +104,10 @@ def main() -> None:
     cfg = sl.TrainConfig(task=task)
     data = task.generate()
     _, toolkit_step = toolkit_steps(cfg, data.tokens)
+    _, compiled_step = toolkit_steps(cfg, data.tokens, compiled=True)
+    t = time.perf_counter()
+    compiled_step()
+    compile_s = time.perf_counter() - t
     model = sl.build_model(cfg.model, task, cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     order = BatchOrder(task.n_examples, cfg.batch_size, cfg.seed)
@@ -114,35 +121,50 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
-    # the machine is shared: interleave the three measurements and take each ratio per round
     gemms = step_gemms(cfg.model, cfg.batch_size, task.seq_len, 40)
-    rounds = []
-    for _ in range(ROUNDS):
-        floor, flops = floor_seconds(gemms)
-        rounds.append((floor, timed(toolkit_step, 15), timed(plain, 15), flops / best_rate()))
-    floor, toolkit, plain_s, strict = (statistics.median(r[i] for r in rounds) for i in range(4))
-    r_strict = statistics.median(r[1] / r[3] for r in rounds)
-    r_tool = statistics.median(r[1] / r[0] for r in rounds)
-    r_plain = statistics.median(r[2] / r[0] for r in rounds)
-    print(
-        f"matmul floor of one step: {floor * 1e3:7.1f} ms ({flops / 1e9:.1f} GFLOP, {flops / floor / 1e9:.0f} GFLOP/s)"
-    )
-    print(
-        f"toolkit train step:       {toolkit * 1e3:7.1f} ms = {r_tool:.2f} x floor  (fused.forward; "
-        f"rounds {', '.join(f'{r[1] / r[0]:.2f}' for r in rounds)})"
-    )
-    print(
-        f"plain HookedTransformer:  {plain_s * 1e3:7.1f} ms = {r_plain:.2f} x floor  "
-        f"(rounds {', '.join(f'{r[2] / r[0]:.2f}' for r in rounds)})"
-    )
-    print(
-        f"strict floor (the step's FLOPs at the best square-matmul rate, {flops / strict / 1e9:.0f} "
-        f"GFLOP/s): {strict * 1e3:.1f} ms; toolkit step = {r_strict:.2f} x strict floor"
-    )
+    print(f"torch.compile of the step: {compile_s:.0f} s, once a process (--compile)")
+    one_thread = None
+    for threads in THREADS:
+        torch.set_num_threads(threads)
+        # the machine is shared: interleave the measurements and take each ratio per round
+        rounds = []
+        for _ in range(ROUNDS):
+            floor, flops = floor_seconds(gemms)
+            measured = [timed(f, 15) for f in (toolkit_step, compiled_step, plain)]
+            rounds.append((floor, *measured, flops / best_rate()))
+        med = [statistics.median(r[i] for r in rounds) for i in range(5)]
+        floor, toolkit, compiled, plain_s, strict = med
+
+        def ratio(i, j, rounds=rounds):
+            return statistics.median(r[i] / r[j] for r in rounds)
+
+        one_thread = one_thread if threads != 1 else toolkit
+
+        print(f"--- {threads} thread(s), {ROUNDS} interleaved rounds")
+        print(
+            f"matmul floor of one step:  {floor * 1e3:7.1f} ms ({flops / 1e9:.1f} GFLOP, "
+            f"{flops / floor / 1e9:.0f} GFLOP/s)"
+        )
+        print(
+            f"toolkit train step:        {toolkit * 1e3:7.1f} ms = {ratio(1, 0):.2f} x floor, "
+            f"plain / toolkit {ratio(3, 1):.2f}  (rounds "
+            f"{', '.join(f'{r[1] / r[0]:.2f}' for r in rounds)})"
+        )
+        print(
+            f"  compiled (--compile):    {compiled * 1e3:7.1f} ms = {ratio(2, 0):.2f} x floor, "
+            f"plain / compiled {ratio(3, 2):.2f}"
+        )
+        print(f"plain HookedTransformer:   {plain_s * 1e3:7.1f} ms = {ratio(3, 0):.2f} x floor")
+        print(
+            f"strict floor (the step's FLOPs at the best square-matmul rate, "
+            f"{flops / strict / 1e9:.0f} GFLOP/s): {strict * 1e3:.1f} ms; toolkit step = "
+            f"{ratio(1, 4):.2f} x strict floor"
+        )
+    torch.set_num_threads(1)
     cli = cli_step_seconds()
     print(
-        f"selector-lens train, end to end (600 - 100 steps): {cli * 1e3:7.1f} ms a step = "
-        f"{cli / toolkit:.2f} x the in-process step"
+        f"selector-lens train, end to end, 1 thread (600 - 100 steps): {cli * 1e3:7.1f} ms a step "
+        f"= {cli / one_thread:.2f} x the in-process step"
     )
 
 

@@ -305,7 +305,7 @@ def _layer_attention(
         ),
     )
     out = _linear(h, W, b).view(M * B, P, len(which), H, dh)
-    heads = [out[:, :, i].transpose(1, 2) for i in range(len(which))]  # [rows, head, pos, d_head]
+    heads = [t.transpose(1, 2) for t in out.unbind(2)]  # [rows, head, pos, d_head] each
     if queries is None:
         q, k, v = heads
         z = _attention(q, k, v, past, past_repeat, pattern_hooks, layer)

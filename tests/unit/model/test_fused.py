@@ -191,3 +191,28 @@ def test_malloc_is_tuned_only_when_the_user_opts_in():
     assert tuned() == "False"
     assert tuned(SELECTOR_LENS_KEEP_FREED_MEMORY="1") == "True"
     assert tuned(SELECTOR_LENS_KEEP_FREED_MEMORY="1", MALLOC_ARENA_MAX="2") == "False"
+
+
+COMPILED = """
+import torch, selector_lens as sl
+from tests.unit.model.test_fused import TASK, trained_like
+from selector_lens.training.trainer import compiled_losses, train_step
+pair = [trained_like(sl.ModelConfig(n_layers=2), 8) for _ in range(2)]
+x = TASK.generate().tokens[:16][None]
+got = []
+for model, losses_of in zip(pair, (None, compiled_losses())):
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    loss = train_step([model], [opt], x, TASK.first_target_pos, 0.0, losses_of=losses_of)
+    got.append((loss, [p.grad for p in model.parameters()]))
+torch.testing.assert_close(got[1][0], got[0][0], atol=1e-6, rtol=1e-5)
+for a, b in zip(got[1][1], got[0][1]):
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+print("same")
+"""
+
+
+def test_the_compiled_step_gives_the_eager_losses_and_gradients():
+    """`compile=True` (torch.compile of the forward and loss): the same step to float rounding.
+    In a fresh interpreter: dynamo does not trace through the suite's runtime type checks."""
+    out = subprocess.run([sys.executable, "-c", COMPILED], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "same", out.stderr[-2000:]
