@@ -117,6 +117,7 @@ def test_train_sets_every_option(monkeypatch, tmp_path):
         eval_every=3,
         ckpt_every=4,
         state_every=8,
+        compile=True,
         eval_groups="all",
         early_stop=False,
         early_stop_frac=0.2,

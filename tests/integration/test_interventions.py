@@ -1,5 +1,7 @@
 """The two branching studies on a tiny parent: their tables come from the branches' own logs."""
 
+import shutil
+
 import pytest
 
 import selector_lens as sl
@@ -43,6 +45,14 @@ def test_necessity_table_branches_at_both_points_with_controls(parent, tmp_path)
     assert again == rows  # read back from the published logs alone
     table = iv.summary(rows)
     assert len(table) == 10 and all(t["seeds"] == 2 for t in table)
+    # published: the parent keeps no states and only the first point's branches have landed;
+    # the later point is missing, not the first one counted twice
+    from selector_lens.paper.publish import publish_run
+
+    publish_run(parent, tmp_path / "pub")
+    shutil.copytree(tmp_path / "nec" / f"step{steps[0]}", tmp_path / "part" / f"step{steps[0]}")
+    half = iv.necessity_table(sl.Run.open(tmp_path / "pub"), tmp_path / "part", (1, 2), False)
+    assert half == [r for r in rows if r["step"] == steps[0]]
 
 
 def test_noise_table_scales_lr_and_batch(parent, tmp_path):

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from selector_lens.cli import format as fmt
-from selector_lens.config import OPTIONS, from_options
+from selector_lens.config import OPTIONS, RESUMABLE, from_options
 from selector_lens.errors import SelectorLensError
 
 app = typer.Typer(
@@ -228,7 +228,7 @@ def branch(
 
 def _resumed_options(out: Path | None, options: dict, given: list[str], extend_to) -> dict:
     """A resumed run's options: its run.json's. An option given on this command line must say
-    the same (or be one a resume may change: device, state_every); the budget rises only on
+    the same (or be one a resume may change, `config.RESUMABLE`); the budget rises only on
     purpose, with `--extend-to`."""
     from selector_lens.runs import rundir
     from selector_lens.runs.run import Run
@@ -239,7 +239,7 @@ def _resumed_options(out: Path | None, options: dict, given: list[str], extend_t
         return options
     stored = Run.open(out).config.options()
     for name in given:
-        if options[name] != stored[name] and name not in ("device", "state_every"):
+        if options[name] != stored[name] and (name not in RESUMABLE or name == "steps"):
             flag = "--" + name.replace("_", "-")
             hint = (
                 "raise it with --extend-to N"

@@ -77,9 +77,12 @@ def necessity_table(parent: Run, out, seeds=(1, 2, 3), train: bool = True) -> li
     routing_head = find_routing_head(parent, sufficiency=False)["routing_head"]
     routing = head_label(*routing_head)
     budget = BUDGET_OVER_TAU * tau
-    rows = []
+    rows, done = [], set()
     for frac in NECESSITY_FRACTIONS:
         step = nearest_state(parent, frac * tau, Path(out))
+        if step in done:  # a published parent keeps no states: the nearest branched one
+            continue  # stands in, and one that already answered an earlier fraction is not its
+        done.add(step)
         control = head_label(*least_used_head(parent, step, routing_head))
         kinds = {"no change": Changes(options={"steps": budget})}
         for role, head in (("routing", routing), ("control", control)):
