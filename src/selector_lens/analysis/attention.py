@@ -139,6 +139,8 @@ def example_patterns(
     shape = (m.n_layers, m.n_heads, task.seq_len, task.seq_len)
 
     def make_rows():
+        if not run.has_weights:  # before a model is built (TransformerLens imported): seconds
+            raise SelectorLensError(f"{run.path}: the explorer's patterns are not stored")
         tokens = run.task_data.tokens[list(examples)]
         return lambda step, model: [
             {"example": e, "pattern": to_bytes(p)}
