@@ -6,6 +6,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO   ?= --k 5 --n-bases 800 --steps 3000 --eval-every 25
 
+# a run with checkpoints for bench_answers.py's store-less answer times (used when present)
+K10_RUN ?= checkpoints/reproduce/paper/runs/k10-nb1000-st50-s42
+
 .PHONY: demo test test-ray docs bench clean-demo
 
 $(STAMP): pyproject.toml
@@ -38,6 +41,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_analysis.py
 	$(PY) benchmarks/bench_malloc.py
+	$(PY) benchmarks/bench_answers.py $(if $(wildcard $(K10_RUN)),--run $(K10_RUN))
 
 clean-demo:
 	rm -rf checkpoints/demo
