@@ -123,7 +123,7 @@ def main() -> None:
 
     gemms = step_gemms(cfg.model, cfg.batch_size, task.seq_len, 40)
     print(f"torch.compile of the step: {compile_s:.0f} s, once a process (--compile)")
-    one_thread = None
+    step_at = {}  # threads -> the toolkit step
     for threads in THREADS:
         torch.set_num_threads(threads)
         # the machine is shared: interleave the measurements and take each ratio per round
@@ -138,7 +138,7 @@ def main() -> None:
         def ratio(i, j, rounds=rounds):
             return statistics.median(r[i] / r[j] for r in rounds)
 
-        one_thread = one_thread if threads != 1 else toolkit
+        step_at[threads] = toolkit
 
         print(f"--- {threads} thread(s), {ROUNDS} interleaved rounds")
         print(
@@ -164,7 +164,7 @@ def main() -> None:
     cli = cli_step_seconds()
     print(
         f"selector-lens train, end to end, 1 thread (600 - 100 steps): {cli * 1e3:7.1f} ms a step "
-        f"= {cli / one_thread:.2f} x the in-process step"
+        f"= {cli / step_at[1]:.2f} x the in-process step at 1 thread"
     )
 
 

@@ -147,10 +147,6 @@ def example_patterns(
             for e, p in zip(examples, each_pattern(model, tokens).numpy())
         ]
 
-    def v1_rows():
-        tokens = run.task_data.tokens[examples[0] : examples[0] + 1]
-        return lambda step, model: [{"pattern": attention_patterns(model, tokens).tolist()}]
-
     try:
         table = per_checkpoint(
             run,
@@ -164,8 +160,8 @@ def example_patterns(
     except SelectorLensError:
         if run.has_weights:
             raise
-        v1 = {"example": examples[0]}
-        table = per_checkpoint(run, "attention_explorer", "1", v1, steps, v1_rows)
+        v1 = {"example": examples[0]}  # read, never computed: make_rows refuses without weights
+        table = per_checkpoint(run, "attention_explorer", "1", v1, steps, make_rows)
         return examples[:1], {int(r.step): np.asarray(r.pattern)[None] for r in table.itertuples()}
     at = {e: i for i, e in enumerate(examples)}
     out = {}

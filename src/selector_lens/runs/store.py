@@ -160,7 +160,7 @@ def stored_tables(run, analysis: str, version: str) -> list[tuple[dict, list[dic
     """Every table of `analysis` the store keeps for these weights at this code version, whatever
     parameters it was asked with: [(params, rows)], for showing what someone computed (the
     dashboard's landscape), where `per_step` serves one request."""
-    out = []
+    out, steps = [], set(run.steps)
     for folder in sorted((run.path / STORE_DIR / analysis).glob("*")):
         rows, params = [], None
         for path in sorted(folder.glob("step_*.json")):
@@ -168,7 +168,7 @@ def stored_tables(run, analysis: str, version: str) -> list[tuple[dict, list[dic
             key = stored["key"]
             step = int(path.stem.split("_")[1])
             fresh = key["version"] == f"{__version__}/{version}"
-            if fresh and step in run.steps and key["checksum"] == weights_checksum(run, step):
+            if fresh and step in steps and key["checksum"] == weights_checksum(run, step):
                 params = key["params"]
                 rows += stored["rows"]
         if rows:
