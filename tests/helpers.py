@@ -158,3 +158,33 @@ def render(path):
         shot = page.screenshot(full_page=True)
         browser.close()
     return errors, requests, figs, rendered, shot
+
+
+PAPER_CONFIG = {
+    "experiment": {"seed": 1},
+    "data": {"n_unique_b": 4, "k": 3, "split_by_base": True, "probe_fraction": 0.0},
+    "model": {"n_layers": 1, "n_heads": 2, "d_model": 32, "d_head": 16, "d_mlp": 64},
+    "training": {"batch_size": 8, "checkpoint_every": 10},
+}
+
+
+def paper_folder(path, config: dict | None = None, history=None, examples=None):
+    """A synass-lens output folder of a tiny run (one checkpoint of a fresh model), its
+    config.yaml's sections updated by `config`."""
+    import torch
+    import yaml
+
+    from selector_lens.paper.importer import config_from_paper
+
+    raw = {s: {**v, **(config or {}).get(s, {})} for s, v in PAPER_CONFIG.items()}
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(raw))
+    good = config_from_paper(PAPER_CONFIG)
+    step = path / "checkpoints" / "step_000010"
+    step.mkdir(parents=True)
+    torch.save(sl.build_model(good.model, good.task, 1).state_dict(), step / "model.pt")
+    if history is not None:
+        (path / "training_history.json").write_text(history)
+    if examples is not None:
+        (path / "examples.jsonl").write_text(examples)
+    return path

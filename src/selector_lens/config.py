@@ -51,9 +51,9 @@ class ModelConfig:
 
 SCHEDULES = ("constant", "cosine")
 OPTIMIZERS = ("adamw", "sgd")
-# what a resume may change: a longer budget, another device, how often states are kept, and
-# whether the step is compiled (the same step to float rounding)
-RESUMABLE = ("steps", "device", "state_every", "compile")
+# what a resume may change: a longer budget (and whether it stops early), another device, how
+# often states are kept, and whether the step is compiled (the same step to float rounding)
+RESUMABLE = ("steps", "early_stop", "device", "state_every", "compile")
 STATE_EVERY = 250  # the default: ~6 states on the K = 10 baseline's plateau (τ ~ 1,500)
 DEVICES = ("auto", "cpu", "cuda")
 

@@ -8,7 +8,7 @@ import typer
 
 import selector_lens as sl
 from selector_lens.cli import app
-from tests.helpers import SMALL_RUN, cli, cli_process
+from tests.helpers import SMALL_RUN, cli, cli_process, logged
 
 TINY = [
     "--k",
@@ -407,6 +407,23 @@ def test_resume_reads_the_runs_options_refuses_others_and_extends_on_purpose(tmp
     run = sl.Run.open(tmp_path / "r")
     assert (run.config.steps, run.config.model.n_layers, run.config.task.k) == (40, 1, 3)
     assert [r["step"] for r in run.metric_rows()] == [0, 10, 20, 30, 40]
+
+
+def test_extending_a_run_that_stopped_early_trains_on_as_if_it_never_stopped(tmp_path):
+    """`--extend-to` past an early stop continues exactly: the same evaluations as one run
+    trained to that budget with no early stop (one thread, in process)."""
+    args = [*SMALL_RUN, "--lr", "3e-3", "--eval-every", "10", "--early-stop-evals", "2"]
+    assert cli("train", *args, "--steps", "400", "--out", tmp_path / "r").returncode == 0
+    stopped = sl.Run.open(tmp_path / "r")
+    assert stopped.info["status"] == "early_stopped" and stopped.steps[-1] < 400
+    end = stopped.steps[-1] + 40
+    out = cli("train", "--out", tmp_path / "r", "--resume", "--extend-to", end)
+    assert out.returncode == 0, out.stderr
+    whole = [*args, "--steps", end, "--no-early-stop", "--out", tmp_path / "whole"]
+    assert cli("train", *whole).returncode == 0
+    extended = sl.Run.open(tmp_path / "r")
+    assert extended.steps[-1] == end and not extended.config.early_stop
+    assert logged(extended) == logged(sl.Run.open(tmp_path / "whole"))
 
 
 def test_training_without_a_terminal_prints_plain_progress_lines(tmp_path):

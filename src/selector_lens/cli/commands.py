@@ -93,7 +93,10 @@ def train(
         False, help="Continue the run in --out from its last checkpoint, with run.json's options."
     ),
     extend_to: int | None = typer.Option(
-        None, "--extend-to", help="With --resume: raise the run's step budget to N."
+        None,
+        "--extend-to",
+        help="With --resume: raise the run's step budget to N (a run that stopped early trains "
+        "on: its early stop is turned off).",
     ),
     restart: bool = typer.Option(
         False, help="Train the run in --out again from step 0 (what it trained is removed)."
@@ -229,7 +232,7 @@ def branch(
 def _resumed_options(out: Path | None, options: dict, given: list[str], extend_to) -> dict:
     """A resumed run's options: its run.json's. An option given on this command line must say
     the same (or be one a resume may change, `config.RESUMABLE`); the budget rises only on
-    purpose, with `--extend-to`."""
+    purpose, with `--extend-to` (which also lifts an early stop that ended the run)."""
     from selector_lens.runs import rundir
     from selector_lens.runs.run import Run
 
@@ -257,6 +260,8 @@ def _resumed_options(out: Path | None, options: dict, given: list[str], extend_t
                 f"--extend-to {extend_to}: the run has already trained to step {trained[-1]}"
             )
         resumed["steps"] = extend_to
+        if Run(out).info.get("status") == rundir.EARLY_STOPPED and "early_stop" not in given:
+            resumed["early_stop"] = False  # it would fire again at once
     return resumed
 
 
@@ -750,7 +755,7 @@ def dashboard(
 @app.command(
     epilog="Examples:\n\n  selector-lens sweep analyses/specs/scaling_cpu.yaml --workers 2\n\n"
     "  selector-lens sweep --grid k=5 --grid n_bases=100,200,400 --out checkpoints/sweeps/d\n\n"
-    "  selector-lens sweep spec.yaml --executor ray --address auto"
+    "  selector-lens sweep analyses/specs/scaling_cpu.yaml --executor ray   # pip install -e '.[ray]'"
 )
 def sweep(
     spec: Path | None = typer.Argument(
@@ -819,7 +824,7 @@ def sweep(
 
 
 @app.command(
-    epilog="Examples:\n\n  selector-lens fit checkpoints/sweeps/scaling_cpu\n\n  selector-lens fit DIR --json"
+    epilog="Examples:\n\n  selector-lens fit checkpoints/sweeps/scaling_cpu\n\n  selector-lens fit checkpoints/sweeps/d --json"
 )
 def fit(
     sweep_dir: Path = typer.Argument(..., help="A folder of runs (a sweep)."),
