@@ -12,6 +12,15 @@ def json_line(obj) -> None:
     print(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
 
+def console():
+    """Rich's console; out of a terminal (a pipe, a file, CI) as wide as a table needs, where rich
+    would squeeze it into 80 columns and wrap every cell."""
+    from rich.console import Console
+
+    plain = Console()
+    return plain if plain.is_terminal else Console(width=200)
+
+
 MISSING = "-"  # the one symbol for a missing value (None, NaN), in every table
 
 
@@ -30,21 +39,21 @@ def number(v) -> str:
 
 
 def table(title: str, columns: list[str], rows: list[list]) -> None:
-    """A rich table: numbers by `number`, a missing value as MISSING."""
-    from rich.console import Console
+    """A rich table: numbers by `number`, a missing value as MISSING. The title is a plain line
+    above it: a rich title wraps at the table's width, splitting a long path or "log K 1.099"."""
     from rich.table import Table
 
-    out = Table(title=title)
+    print(title)
+    out = Table()
     for c in columns:
         out.add_column(c, justify="right")
     for r in rows:
         out.add_row(*[number(v) for v in r])
-    Console().print(out)
+    console().print(out)
 
 
 def train_summary(s: dict) -> None:
     """The table `train` ends with."""
-    from rich.console import Console
     from rich.table import Table
 
     def fmt(v, spec=".4g"):
@@ -60,7 +69,7 @@ def train_summary(s: dict) -> None:
     table.add_row("final candidate accuracy", fmt(s["final_candidate_acc"], ".3f"))
     table.add_row("final Δz, z-deranged gap (nats)", fmt(s["final_dz"], ".3f"))
     table.add_row("wall time (s)", fmt(s["wall_time_s"], ".1f"))
-    Console().print(table)
+    console().print(table)
 
 
 def sweep_table(root, results, wall, executor) -> None:
