@@ -66,3 +66,16 @@ def test_noise_table_scales_lr_and_batch(parent, tmp_path):
     for r in rows:
         assert r["remaining"] == (None if r["tau"] is None else r["tau"] - r["step"])
     assert verdicts.noise_holds(rows) in verdicts.VERDICTS
+
+
+def test_each_noise_branch_is_set_beside_the_same_change_from_step_0(parent, tmp_path):
+    """`from_step_0` finds the sweep run with the branch's lr and batch size (and the parent's
+    task, seed and schedule); a run that differs in anything else stands beside nothing."""
+    cfg = parent.config
+    doubled = sl.train(tiny(steps=60, lr=2 * cfg.lr), out=tmp_path / "lr2")
+    other_seed = sl.train(tiny(steps=60, lr=cfg.lr / 2, seed=7), out=tmp_path / "half")
+    wider = sl.train(tiny(steps=60, batch_size=4 * cfg.batch_size), out=tmp_path / "b4")
+    found = iv.from_step_0(parent, [other_seed, doubled, wider, parent])
+    assert set(found) == {"no change", "lr x2", "batch x4"}
+    assert found["lr x2"] == {"run": "lr2", "tau": doubled.tau()}
+    assert found["batch x4"]["run"] == "b4" and found["no change"]["run"] == parent.path.name

@@ -118,7 +118,8 @@ def estimators(rows: list[dict]) -> go.Figure:
 def branch_times(rows: list[dict], part: str, tau: int) -> go.Figure:
     """A branching study's summary (`studies.interventions.summary`): per kind of branch, the
     mean τ shift (necessity) or steps left to τ (noise, against η / B) over seeds, the range as
-    error bars; kinds where no seed escaped are marked at 0 with their count."""
+    error bars; kinds where no seed escaped are marked at 0 with their count. Noise: beside each
+    kind, τ of the same change made from step 0 where a run has it (`from_step_0`)."""
     value = "shift" if part == "necessity" else "remaining"
     fig = go.Figure()
     groups = sorted({r.get("step") for r in rows}, key=lambda s: (s is None, s))
@@ -137,6 +138,17 @@ def branch_times(rows: list[dict], part: str, tau: int) -> go.Figure:
             name=f"from step {step}" if step is not None else value,
             text=[f"{r['escaped']}/{r['seeds']} escaped" for r in here],
             hovertemplate="%{x}: %{y} (%{text})<extra></extra>",
+        )
+    start = [r for r in rows if r.get("from_step_0") and r["from_step_0"]["tau"] is not None]
+    if part == "noise" and start:
+        fig.add_scatter(
+            x=[r["change"] for r in start],
+            y=[r["from_step_0"]["tau"] for r in start],
+            mode="markers",
+            marker_symbol="diamond-open",
+            name="τ of the same change from step 0 (claim 4's run)",
+            text=[r["from_step_0"]["run"] for r in start],
+            hovertemplate="%{x}: τ %{y} (%{text})<extra></extra>",
         )
     title = (
         f"Branches: τ shift from the parent's ({tau})"

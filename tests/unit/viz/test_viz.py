@@ -269,6 +269,20 @@ def test_estimators_figure_draws_each_estimate_by_product():
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
 
 
+def test_noise_branches_figure_sets_the_same_change_from_step_0_beside_them():
+    from selector_lens.viz import study_figures
+
+    def kind(change, scale, remaining, start=None):
+        row = {"change": change, "noise_scale": scale, "seeds": 2, "escaped": 2}
+        row |= {"remaining": remaining, "remaining_range": [remaining - 5, remaining + 5]}
+        return row | {"from_step_0": start}
+
+    rows = [kind("lr x2", 2.0, 300, {"run": "lr2", "tau": 900}), kind("lr x0.5", 0.5, 100)]
+    branches, start = study_figures.branch_times(rows, "noise", 500).data
+    assert list(branches.x) == ["lr x0.5", "lr x2"] and list(branches.y) == [100, 300]
+    assert list(start.x) == ["lr x2"] and list(start.y) == [900] and "step 0" in start.name
+
+
 def test_every_dashboard_figure_titles_its_axes_and_names_its_lines(run, tmp_path, monkeypatch):
     from selector_lens.viz import dashboard
 

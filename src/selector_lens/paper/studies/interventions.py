@@ -147,6 +147,26 @@ def noise_table(parent: Run, out, seeds=(1, 2, 3), train: bool = True) -> list[d
     return rows
 
 
+def from_step_0(parent: Run, runs: list[Run]) -> dict[str, dict]:
+    """Per noise branch kind, the run among `runs` (claim 4's lr and batch sweeps) that trained
+    with the branch's lr and batch size from step 0 (the parent's task, seed and schedule
+    otherwise): its name and τ. Kinds with no such run (lr x0.25 and x4 at the paper's scale)
+    are left out."""
+    cfg = parent.config
+    same = ("k", "n_bases", "direction", "seed", "schedule")
+    out = {}
+    for kind, (a, b) in {"no change": (1, 1), **NOISE_CHANGES}.items():
+        for run in runs:
+            o, p = run.config.options(), cfg.options()
+            if all(o[f] == p[f] for f in same) and (o["lr"], o["batch_size"]) == (
+                cfg.lr * a,
+                cfg.batch_size * b,
+            ):
+                out[kind] = {"run": run.path.name, "tau": run.tau()}
+                break
+    return out
+
+
 def summary(rows: list[dict], by: tuple = ("step", "change")) -> list[dict]:
     """Per branch kind: mean shift (or remaining time) over seeds with its range, and how many
     seeds escaped."""
@@ -210,6 +230,11 @@ def interventions(setup) -> Study:
         rows = table(parent, out / parent.path.name, seeds, train=setup.train)
         by = ("step", "change") if part == "necessity" else ("change",)
         summary_rows = summary(rows, by)
+        if part == "noise":  # beside each branch, the same change made from step 0 (claim 4)
+            sweeps = setup.runs("noise/lr") + setup.runs("noise/batch_size")
+            start = from_step_0(parent, sweeps)
+            for r in summary_rows:
+                r["from_step_0"] = start.get(r["change"])
         result[part] = {"parent": parent.path.name, "parent_tau": parent.tau(), "rows": rows}
         result[part]["summary"] = summary_rows
         figs.append(study_figures.branch_times(summary_rows, part, parent.tau()))
@@ -241,4 +266,10 @@ def _sentence(rows: list[dict], part: str, tau: int) -> str:
     what = (
         "τ shift from the parent's" if part == "necessity" else "steps left to τ after the branch"
     )
-    return f"{what} (parent τ {tau}), mean [range] over seeds: " + "; ".join(one(r) for r in rows)
+    said = f"{what} (parent τ {tau}), mean [range] over seeds: " + "; ".join(one(r) for r in rows)
+    start = [r for r in rows if r.get("from_step_0")]
+    if start:
+        said += "; the same change from step 0 (claim 4's runs), τ: " + ", ".join(
+            f"{r['change']} {r['from_step_0']['tau'] or 'never'}" for r in start
+        )
+    return said
