@@ -286,7 +286,8 @@ PAPER_CUTS = [
     "seeds: 3 for the baseline (claims 1, 3, 7) and for each direction (claim 6); the paper used 5+",
     "claim 6 at K = 5, 10, 20 (3 seeds, our constant lr; one seed under the paper's warm-up 500 + "
     "cosine to 0 at 5,000 steps), each run on until token accuracy 0.95 and first-target loss < 0.1 x "
-    "its step-0 value for 3 evals, or its step budget (then censored)",
+    "its step-0 value for 3 evals, or its step budget (then censored; 9x the forward's expected τ in "
+    "both directions)",
     "claim 4: the lr runs below 5e-3 run on to the default stop (candidate loss < 0.05 log K); seeds "
     "43, 44 at lr 3e-4 and 5e-4; the batch sizes again under the paper's batch-run schedule (warm-up "
     "500, cosine to 0 at 10,000 steps)",
@@ -345,6 +346,10 @@ def expected_tau(options: dict, at_default_lr: bool = False) -> float | None:
 def _paper_options(options: dict) -> dict:
     """Step budget and eval density of one paper-scale run (dense checkpoints, default stop)."""
     base_tau = expected_tau(options, at_default_lr=True)
+    if "early_stop_acc" in options:  # claim 6: both directions get the reverse's longer budget,
+        # since the lag line can come long after τ (K = 20 forward: first-target loss at 0.85 log 36
+        # at 3 τ, where the candidate loss was at 0.1 log K)
+        base_tau = expected_tau({**options, "direction": "a_to_b"}, at_default_lr=True)
     # at a higher lr, the lr law's τ: also where the paper says "never" (there, the budget is
     # what makes "never" mean more than the law predicts)
     cap = max(3000, CAP_OVER_TAU * base_tau * max(1.0, lr_factor(options.get("lr", 1e-3))))

@@ -306,30 +306,53 @@ def falsified(sub_verdicts: list[str]) -> str:
 PAPER_ASYMMETRY = (1.7, 4.4)  # (B, z) -> A time / the reverse's: the paper's range over K
 
 
-def faster(ratios: list[float]) -> str:
+def faster(ratios: list[float], at_least: list[float] = (), at_most: list[float] = ()) -> str:
     """Which direction is faster over seeds (ratios: (B, z) -> A time / the reverse's):
     "reverse" where every seed's ratio is above 1, "forward" where every one is below, else
-    "neither"."""
-    if ratios and min(ratios) > 1:
+    "neither". A seed with one direction censored (not reached by its budget) gives a bound:
+    `at_least` (the forward censored: its end / the reverse's time), `at_most` (the reverse
+    censored); a bound counts where it decides the side (at_least >= 1, at_most <= 1)."""
+    n = len(ratios) + len(at_least) + len(at_most)
+    if n and all(r > 1 for r in ratios) and all(b >= 1 for b in at_least) and not at_most:
         return "reverse"
-    return "forward" if ratios and max(ratios) < 1 else "neither"
+    if n and all(r < 1 for r in ratios) and all(b <= 1 for b in at_most) and not at_least:
+        return "forward"
+    return "neither"
+
+
+def _bounds(seeds) -> tuple[list[float], list[float], list[float]]:
+    """(ratios, at_least, at_most) from a list of ratios or a dict with those three keys."""
+    if isinstance(seeds, dict):
+        return (
+            list(seeds.get("ratios", [])),
+            list(seeds.get("at_least", [])),
+            list(seeds.get("at_most", [])),
+        )
+    return list(seeds), [], []
 
 
 def asymmetry(per_k: dict) -> str:
     """Claim 6, two-sided, from the per-seed ratios (B, z) -> A time / the reverse's at each K
     (the paper's timing; its code's "lag" is the difference of the two, the ambiguous direction
-    the lagging one). At one K: the reverse faster in every seed with the mean in the paper's
-    1.7-4.4 (holds); no seed's ratio reaching 1.7, so at most a small lag or the forward
-    direction faster (fails); else None. Over the K: `_of`. No K with a ratio: no result."""
+    the lagging one). Each K's value: a list of ratios, or {"ratios", "at_least", "at_most"}
+    with the bounds of censored seeds. At one K: the reverse faster in every seed with the mean
+    in the paper's 1.7-4.4, every seed timed (holds); no seed's ratio or upper bound reaching
+    1.7 and no lower bound, so at most a small lag or the forward direction faster (fails);
+    else None (a lower bound leaves the size open). Over the K: `_of`. No K with a seed timed
+    or bounded: no result."""
     checks = []
-    for ratios in per_k.values():
-        if not ratios:
+    lo, hi = PAPER_ASYMMETRY
+    for seeds in per_k.values():
+        ratios, at_least, at_most = _bounds(seeds)
+        if not (ratios or at_least or at_most):
             continue
-        mean = sum(ratios) / len(ratios)
-        lo, hi = PAPER_ASYMMETRY
-        if faster(ratios) == "reverse" and lo <= mean <= hi:
-            checks.append(True)
-        elif max(ratios) < lo:
+        side = faster(ratios, at_least, at_most)
+        if ratios and not (at_least or at_most):
+            mean = sum(ratios) / len(ratios)
+            if side == "reverse" and lo <= mean <= hi:
+                checks.append(True)
+                continue
+        if not at_least and max(ratios + at_most) < lo:
             checks.append(False)
         else:
             checks.append(None)

@@ -301,6 +301,19 @@ def test_faster(ratios, want):
 
 
 @pytest.mark.parametrize(
+    "ratios,at_least,at_most,want",
+    [
+        ([], [1.45, 1.75], [], "reverse"),  # the forward censored after the reverse's time
+        ([1.2], [0.8], [], "neither"),  # censored before the reverse's time: undecided
+        ([0.9], [], [0.7], "forward"),  # the reverse censored after the forward's time
+        ([0.9], [1.3], [], "neither"),  # a bound on the other side
+    ],
+)
+def test_faster_reads_the_bounds_of_censored_seeds(ratios, at_least, at_most, want):
+    assert v.faster(ratios, at_least, at_most) == want
+
+
+@pytest.mark.parametrize(
     "per_k,want",
     [
         ({5: [1.8, 2.0, 2.5], 10: [1.5, 3.0, 4.0]}, REPRODUCED),
@@ -313,6 +326,28 @@ def test_faster(ratios, want):
     ],
 )
 def test_asymmetry(per_k, want):
+    assert v.asymmetry(per_k) == want
+
+
+def bounded(ratios=(), at_least=(), at_most=()):
+    return {"ratios": list(ratios), "at_least": list(at_least), "at_most": list(at_most)}
+
+
+@pytest.mark.parametrize(
+    "per_k,want",
+    [
+        # K = 20 as measured: the forward censored at 11,000 in every seed, the reverse timed
+        # at 6,300-7,600: the reverse faster, the size open (never "holds" on a bound)
+        ({5: bounded([0.9, 1.0]), 20: bounded(at_least=[1.45, 1.75])}, NOT_REPRODUCED),
+        ({5: bounded([2.0, 2.5]), 20: bounded(at_least=[1.45, 1.75])}, PARTLY),
+        ({20: bounded([2.0], at_least=[1.8])}, PARTLY),
+        # a censored reverse bounds the ratio above: below 1.7 everywhere, so it fails
+        ({20: bounded([1.1], at_most=[0.9])}, NOT_REPRODUCED),
+        ({20: bounded(at_most=[2.5])}, PARTLY),
+        ({20: bounded()}, NO_RESULT),
+    ],
+)
+def test_asymmetry_with_censored_seeds(per_k, want):
     assert v.asymmetry(per_k) == want
 
 

@@ -283,6 +283,20 @@ def test_noise_branches_figure_sets_the_same_change_from_step_0_beside_them():
     assert list(start.x) == ["lr x2"] and list(start.y) == [900] and "step 0" in start.name
 
 
+def test_asymmetry_figure_draws_censored_thresholds_as_lower_bounds():
+    from selector_lens.viz import study_figures
+
+    # K = 20 as measured: timed at fractions 0.5 and 0.3, the forward censored below them
+    points = [[0.5, 2.09, None], [0.3, 2.08, None], [0.2, None, 1.6], [0.1, None, 1.45]]
+    fig = study_figures.asymmetry_curves({"paper": {"K=20 az_to_b": points}, "ours": {}})
+    timed, low = fig.data
+    assert list(timed.x) == [0.5, 0.3] and list(timed.y) == [2.09, 2.08]
+    assert list(low.x) == [0.2, 0.1] and list(low.y) == [1.6, 1.45]
+    assert low.marker.symbol == "triangle-up-open" and "at least" in low.name
+    assert low.marker.color == timed.line.color  # one K and reverse, one colour
+    assert "reverse's" in fig.layout.yaxis.title.text
+
+
 def test_every_dashboard_figure_titles_its_axes_and_names_its_lines(run, tmp_path, monkeypatch):
     from selector_lens.viz import dashboard
 

@@ -401,12 +401,30 @@ def asymmetry(setup: Setup) -> Study:
             if found.get((k, rev, s)) and found.get((k, "bz_to_a", s))
         ]
 
+    def bounds(found, k, rev):  # seeds with one direction censored: (at_least, at_most)
+        def censored(d, s):
+            return (k, d, s) in logs and found.get((k, d, s)) is None
+
+        fwd, back = "bz_to_a", rev
+        at_least = [
+            ends[(k, fwd, s)] / found[(k, back, s)]
+            for s in seeds
+            if censored(fwd, s) and found.get((k, back, s))
+        ]
+        at_most = [
+            found[(k, fwd, s)] / ends[(k, back, s)]
+            for s in seeds
+            if censored(back, s) and found.get((k, fwd, s))
+        ]
+        return at_least, at_most
+
     per_k = []
     for k in ks:
         for rev in reverses:
             for kind, at in (("paper", PAPER_FRACTION), ("ours", SOLVED_TOKEN_ACC)):
                 found = times[kind][at]
                 r = ratios(found, k, rev)
+                at_least, at_most = bounds(found, k, rev)
                 per_k.append(
                     {
                         "k": k,
@@ -422,22 +440,24 @@ def asymmetry(setup: Setup) -> Study:
                             if (k, d, s) in logs and found.get((k, d, s)) is None
                         ],
                         "ratios": r,
+                        "at_least": at_least,
+                        "at_most": at_most,
                         "mean": float(np.mean(r)) if r else None,
                         "range": [min(r), max(r)] if r else None,
-                        "faster": verdicts.faster(r),
+                        "faster": verdicts.faster(r, at_least, at_most),
                     }
                 )
+
+    def point(found, k, rev):  # [mean ratio, mean lower bound where the forward is censored]
+        r, (at_least, _) = ratios(found, k, rev), bounds(found, k, rev)
+        return [
+            float(np.mean(r)) if r else None,
+            float(np.mean(r + at_least)) if at_least else None,
+        ]
+
     curves = {
         kind: {
-            f"K={k} {rev}": [
-                [
-                    t,
-                    float(np.mean(ratios(times[kind][t], k, rev)))
-                    if ratios(times[kind][t], k, rev)
-                    else None,
-                ]
-                for t in timings[kind]
-            ]
+            f"K={k} {rev}": [[t, *point(times[kind][t], k, rev)] for t in timings[kind]]
             for k in ks
             for rev in reverses
         }
@@ -445,7 +465,9 @@ def asymmetry(setup: Setup) -> Study:
     }
     judged = reverses[0] if reverses else None  # the paper's own pair where it was run
     paper_rows = [r for r in per_k if r["timing"] == "paper" and r["reverse"] == judged]
-    verdict = verdicts.asymmetry({r["k"]: r["ratios"] for r in paper_rows})
+    verdict = verdicts.asymmetry(
+        {r["k"]: {key: r[key] for key in ("ratios", "at_least", "at_most")} for r in paper_rows}
+    )
     cosine = _cosine_asymmetry(setup, p, reverses)
     missing = setup.missing(main)
     result = {
@@ -455,7 +477,9 @@ def asymmetry(setup: Setup) -> Study:
             "ours": f"first eval with token accuracy >= {SOLVED_TOKEN_ACC}",
         },
         "verdict_reads": f"paper timing, bz_to_a / {judged}",
-        "ratio": "(B, z) -> A time / the reverse's (> 1: the reverse is faster)",
+        "ratio": "(B, z) -> A time / the reverse's (> 1: the reverse is faster); a seed with "
+        "one direction not reached by its budget bounds it: at_least = the forward's last step / "
+        "the reverse's time, at_most = the forward's time / the reverse's last step",
         "paper_ratio_range": list(verdicts.PAPER_ASYMMETRY),
         "per_k": per_k,
         "curves": curves,
@@ -471,8 +495,9 @@ def asymmetry(setup: Setup) -> Study:
         ours,
         verdict,
         f"K in {ks}, seeds {seeds}, {_settings(p['base'])}; per K: (B, z) -> A time / the "
-        "reverse's over seeds (range); verdict: the paper's timing, the reverse faster in every "
-        "seed with the mean in 1.7-4.4 (holds) or no seed reaching 1.7 (fails), at every K",
+        "reverse's over seeds (range), a censored seed as a bound; verdict: the paper's timing, the "
+        "reverse faster in every seed with the mean in 1.7-4.4 (holds) or no seed reaching 1.7 "
+        "(fails), at every K",
     )
     return Study("asymmetry", result, figs, [claim])
 
@@ -514,13 +539,22 @@ def _cosine_asymmetry(setup: Setup, p: dict, reverses) -> list[dict]:
 
 def _asymmetry_sentence(per_k: list[dict], cosine: list[dict], missing: list[str]) -> str:
     def one(r):
-        if not r["ratios"]:
-            return f"K={r['k']} {r['reverse']}: no seed timed in both directions"
-        lo, hi = r["range"]
-        return (
-            f"K={r['k']} bz_to_a / {r['reverse']} {r['mean']:.2f} [{lo:.2f}, {hi:.2f}] "
-            f"({len(r['ratios'])} seeds; faster: {r['faster']})"
-        )
+        head = f"K={r['k']} bz_to_a / {r['reverse']}"
+        parts = []
+        if r["ratios"]:
+            lo, hi = r["range"]
+            parts.append(f"{r['mean']:.2f} [{lo:.2f}, {hi:.2f}] ({len(r['ratios'])} seeds)")
+        if r["at_least"]:
+            parts.append(
+                f">= {min(r['at_least']):.2f} in {len(r['at_least'])} seeds (the forward censored)"
+            )
+        if r["at_most"]:
+            parts.append(
+                f"<= {max(r['at_most']):.2f} in {len(r['at_most'])} seeds (the reverse censored)"
+            )
+        if not parts:
+            return f"{head}: no seed timed in both directions"
+        return f"{head} {', '.join(parts)}; faster: {r['faster']}"
 
     parts = []
     for kind, label in (
