@@ -207,6 +207,23 @@ def test_cli_module_imports_no_torch():
     assert out.stdout.split() == ["False", "False"]
 
 
+def test_stored_dashboard_imports_no_torch(tmp_path):
+    """A dashboard drawn from stored tables (the published K = 10 run) is JSON and plotly: torch
+    (a second to import) loads only where a table must be computed (`selector_lens.lazy`)."""
+    run = "analyses/results/paper/runs/k10-nb1000-s42"
+    code = (
+        "import sys, runpy\n"
+        f"sys.argv = ['selector-lens', 'dashboard', '--run', {run!r}, '-o', {str(tmp_path / 'd.html')!r}]\n"
+        "try:\n    runpy.run_module('selector_lens', run_name='__main__')\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "False"
+    assert (tmp_path / "d.html").stat().st_size > 1_000_000  # every figure drawn
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "checkpoints" / "r"

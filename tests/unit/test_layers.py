@@ -12,6 +12,7 @@ SRC = Path(sl.__file__).parent
 WINGS = [
     "errors",
     "files",
+    "lazy",
     "fields",
     "task",
     "config",

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 from jaxtyping import Float, Int
-from torch import Tensor
 
 from selector_lens.errors import SelectorLensError
+from selector_lens.lazy import inference_mode, lazy_module
+
+torch = lazy_module("torch")  # imported on first use: a stored table needs no torch
 
 MODES = ("zero", "mean", "resample")
 
@@ -60,9 +61,9 @@ class HeadAblation:
 
     heads: list[tuple[int, int]]
     mode: str
-    values: dict[tuple[int, int], Float[Tensor, "seq d_head"] | Float[Tensor, "n seq d_head"]] = (
-        field(default_factory=dict, repr=False)
-    )
+    values: dict[
+        tuple[int, int], Float[torch.Tensor, "seq d_head"] | Float[torch.Tensor, "n seq d_head"]
+    ] = field(default_factory=dict, repr=False)
 
     @property
     def per_example(self) -> bool:
@@ -74,15 +75,17 @@ class HeadAblation:
         counts = Counter(layer for layer, _ in set(self.heads))
         return {layer for layer, n in counts.items() if n == n_heads}
 
-    def hooks(self, examples: Int[Tensor, " rows"], offset: int) -> list[tuple[str, Callable]]:
+    def hooks(
+        self, examples: Int[torch.Tensor, " rows"], offset: int
+    ) -> list[tuple[str, Callable]]:
         by_layer = defaultdict(list)
         for layer, head in self.heads:
             by_layer[layer].append(head)
 
         def make(layer, heads):
             def hook(
-                z: Float[Tensor, "rows pos head d_head"], hook
-            ) -> Float[Tensor, "rows pos head d_head"]:
+                z: Float[torch.Tensor, "rows pos head d_head"], hook
+            ) -> Float[torch.Tensor, "rows pos head d_head"]:
                 pos = slice(offset, offset + z.shape[1])
                 for h in heads:
                     if self.mode == "zero":
@@ -98,7 +101,7 @@ class HeadAblation:
         return [(f"blocks.{layer}.attn.hook_z", make(layer, hs)) for layer, hs in by_layer.items()]
 
 
-@torch.inference_mode()
+@inference_mode
 def head_ablation(
     model, es, heads, mode: str = "mean", seed: int = 0, chunk: int = 1024
 ) -> HeadAblation:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import base64
 
 import numpy as np
-import torch
 from jaxtyping import Float, Int
-from torch import Tensor
 
 from selector_lens.errors import SelectorLensError
+from selector_lens.lazy import inference_mode, lazy_module
+
+torch = lazy_module("torch")  # imported on first use: a stored table needs no torch
 
 QUERIES = ("a1", "target")
 
@@ -69,10 +70,10 @@ def attention_to_z(run, steps=None, query: str = "a1"):
     return pd.DataFrame(rows)
 
 
-@torch.inference_mode()
+@inference_mode
 def each_pattern(
-    model, tokens: Int[Tensor, "batch pos"]
-) -> Float[Tensor, "batch layer head query key"]:
+    model, tokens: Int[torch.Tensor, "batch pos"]
+) -> Float[torch.Tensor, "batch layer head query key"]:
     """Every example's own attention pattern at every layer and head."""
     L = model.cfg.n_layers
     names = {f"blocks.{l}.attn.hook_pattern" for l in range(L)}
@@ -82,8 +83,8 @@ def each_pattern(
 
 
 def attention_patterns(
-    model, tokens: Int[Tensor, "batch pos"], chunk: int = 1024
-) -> Float[Tensor, "layer head query key"]:
+    model, tokens: Int[torch.Tensor, "batch pos"], chunk: int = 1024
+) -> Float[torch.Tensor, "layer head query key"]:
     """The attention pattern averaged over the rows of `tokens`.
 
     Note that the entropy of an average pattern is not the average entropy; `attention_to_z`

@@ -8,10 +8,12 @@ cached scale). The last layer's row is the model's own prediction.
 
 from __future__ import annotations
 
-import torch
 from jaxtyping import Float, Int
 
 from selector_lens.errors import SelectorLensError
+from selector_lens.lazy import lazy_module
+
+torch = lazy_module("torch")  # imported on first use: a stored table needs no torch
 
 
 def a1_resid_stack(

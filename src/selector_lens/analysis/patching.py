@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from jaxtyping import Float, Int
-from torch import Tensor
 
 from selector_lens.errors import SelectorLensError
-from selector_lens.model import fused
+from selector_lens.lazy import inference_mode, lazy_module
+
+torch = lazy_module("torch")  # imported on first use: a stored table needs no torch
 
 SITES = {
     "resid_pre": "hook_resid_pre",
@@ -33,23 +33,25 @@ SITES = {
 }
 
 
-@torch.inference_mode()
+@inference_mode
 def patch(
     model,
-    clean_tokens: Int[Tensor, "batch seq"],
-    corrupt_tokens: Int[Tensor, "batch seq"],
+    clean_tokens: Int[torch.Tensor, "batch seq"],
+    corrupt_tokens: Int[torch.Tensor, "batch seq"],
     site: str,
-    metric: Callable[[Float[Tensor, "batch seq vocab"]], Float[Tensor, ""]],
+    metric: Callable[[Float[torch.Tensor, "batch seq vocab"]], Float[torch.Tensor, ""]],
     positions: list[int] | str | None = None,
     heads: list[int] | None = None,
     patches_per_pass: int = 16,
-) -> Float[Tensor, "layer ..."]:
+) -> Float[torch.Tensor, "layer ..."]:
     """Metric of the corrupted run with each (layer, position[, head]) activation patched from clean.
 
     `positions`: None for every position one at a time, a list of positions one at a time, or
     "all" for every position at once. The result is [layer, pos] ([layer, pos, head] for `z`);
     with "all", [layer] ([layer, head] for `z`), like TransformerLens's `*_all_pos` functions.
     """
+    from selector_lens.model import fused  # torch: imported where a model runs
+
     if site not in SITES:
         raise SelectorLensError(f"unknown site {site!r}; choose one of {', '.join(SITES)}")
     if clean_tokens.shape != corrupt_tokens.shape:
@@ -127,6 +129,8 @@ def _patch_windows(model, clean_tokens, corrupt_tokens, names, metric, index, pe
     at every layer, so its pass starts at its layer and at position p, attending to the
     corrupted run's keys and values before p, and its logits before p are the corrupted run's.
     The patches of one position share that past (example-major rows)."""
+    from selector_lens.model import fused  # torch: imported where a model runs
+
     L, B = len(names), len(corrupt_tokens)
     clean, starts = {}, {}
 
@@ -176,17 +180,16 @@ def _patch_windows(model, clean_tokens, corrupt_tokens, names, metric, index, pe
 class ZCorruption:
     """Clean inputs and the same inputs with another selector: same B, so the target changes."""
 
-    clean: Int[Tensor, "n seq"]
-    corrupt: Int[Tensor, "n seq"]
-    clean_target: Int[Tensor, " n"]  # a1 of the clean example
-    corrupt_target: Int[Tensor, " n"]  # a1 that the corrupted selector points to
+    clean: Int[torch.Tensor, "n seq"]
+    corrupt: Int[torch.Tensor, "n seq"]
+    clean_target: Int[torch.Tensor, " n"]  # a1 of the clean example
+    corrupt_target: Int[torch.Tensor, " n"]  # a1 that the corrupted selector points to
     pos: int  # the position that predicts a1
     z_positions: list[int]
 
 
-def z_corruption(data, examples=None, shift: int = 1) -> ZCorruption:
-    """Swap each example's z for z_{(i + shift) mod K} (default: every example of `data`)."""
-    task = data.task
+def check_corruptible(task, shift: int = 1) -> None:
+    """One clear error where swapping z cannot change the target."""
     if task.direction != "bz_to_a" or task.k < 2:
         raise SelectorLensError(
             f"z corruption needs a bz_to_a task with K >= 2 (this is {task.direction}, K={task.k}): "
@@ -196,6 +199,12 @@ def z_corruption(data, examples=None, shift: int = 1) -> ZCorruption:
         raise SelectorLensError(
             f"shift {shift} is a multiple of K={task.k}: the selector would not change"
         )
+
+
+def z_corruption(data, examples=None, shift: int = 1) -> ZCorruption:
+    """Swap each example's z for z_{(i + shift) mod K} (default: every example of `data`)."""
+    task = data.task
+    check_corruptible(task, shift)
     ex = torch.arange(len(data.tokens)) if examples is None else torch.as_tensor(examples)
     other = data.group[ex] * task.k + (data.choice[ex] + shift) % task.k
     clean = data.tokens[ex]
@@ -207,7 +216,9 @@ def z_corruption(data, examples=None, shift: int = 1) -> ZCorruption:
     )
 
 
-def logit_diff(logits: Float[Tensor, "n seq vocab"], corruption: ZCorruption) -> Float[Tensor, ""]:
+def logit_diff(
+    logits: Float[torch.Tensor, "n seq vocab"], corruption: ZCorruption
+) -> Float[torch.Tensor, ""]:
     """Mean logit of the clean a1 minus that of the corrupted a1, at the a1-predicting position."""
     at = logits[:, corruption.pos]
     rows = torch.arange(len(at))
@@ -217,13 +228,15 @@ def logit_diff(logits: Float[Tensor, "n seq vocab"], corruption: ZCorruption) ->
     ).mean()
 
 
-@torch.inference_mode()
+@inference_mode
 def normalized_logit_diff(model, corruption: ZCorruption):
     """Metric callable: 0 = the corrupted run's logit difference, 1 = the clean run's.
 
     Ill-conditioned when the two are close (a model that ignores z); `.clean` and `.corrupt`
     on the returned callable hold them so a reader can see the denominator.
     """
+    from selector_lens.model import fused  # torch: imported where a model runs
+
     device, upto = next(model.parameters()).device, corruption.pos + 1  # causal: read at pos
     run = (lambda t: fused.forward(model, t)) if fused.stands_in(model) else model
     clean = logit_diff(run(corruption.clean[:, :upto].to(device)), corruption).item()
@@ -254,7 +267,7 @@ def patch_series(
 
     if site not in SITES:
         raise SelectorLensError(f"unknown site {site!r}; choose one of {', '.join(SITES)}")
-    z_corruption(run.task_data, [0])  # one clear error for a run without a z to corrupt
+    check_corruptible(run.config.task)  # one clear error for a run without a z to corrupt
     params = {"site": site, "n_examples": n_examples, "seed": seed}
     return per_checkpoint(
         run,

@@ -10,10 +10,12 @@ across the transition).
 
 from __future__ import annotations
 
-import torch
 from jaxtyping import Float
 
 from selector_lens.errors import SelectorLensError
+from selector_lens.lazy import lazy_module
+
+torch = lazy_module("torch")  # imported on first use: a stored table needs no torch
 
 REPRESENTATIONS_VERSION = "1"  # bump when the numbers change: stored tables are then recomputed
 

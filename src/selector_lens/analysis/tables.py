@@ -173,7 +173,7 @@ def gather(
         )
     if task.has_z:
         t.attention = attention_to_z(run)
-    t.example_tokens = [decode(run.task_data.tokens[e].tolist()) for e in examples]
+    t.example_tokens = [decode(run.task_data.rows[e]) for e in examples]
     t.token_labels = t.example_tokens[0]
     if task.direction == "bz_to_a" and task.k > 1 and run.steps and patch_steps > 0:
         t.patching = part(

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from selector_lens.errors import SelectorLensError
+from selector_lens.lazy import lazy_module
+
+torch = lazy_module("torch")  # imported on first use: a stored table needs no torch
 
 
 def _state(run, step: int, names: list[str]) -> dict[str, torch.Tensor]:

@@ -184,3 +184,9 @@ def test_shape_contracts_are_checked_while_testing():
     model = sl.build_model(sl.ModelConfig(n_layers=1), es.task, seed=0)
     with pytest.raises(TypeCheckError):
         fused.forward(model, es.tokens.float())
+    # a module that binds torch lazily (`selector_lens.lazy`) is checked all the same
+    from selector_lens.analysis.representations import variance_split
+
+    assert variance_split(torch.ones(2, 3, 4)) == (0.0, 0.0)
+    with pytest.raises(TypeCheckError):
+        variance_split(torch.ones(2, 3))
