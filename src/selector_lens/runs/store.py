@@ -128,6 +128,10 @@ def per_step(
                 continue
         missing.append((step, key, path))
     batches = [missing] if together else [[m] for m in missing]
+    if getattr(run, "progress", False) and len(batches) > 1:  # one line per analysis, not step
+        from selector_lens.runs.progress import tracked
+
+        batches = tracked(batches, f"{analysis}: checkpoints")
     for batch in batches if missing else []:
         table = compute([s for s, _, _ in batch])
         for step, key, path in batch:

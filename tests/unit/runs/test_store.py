@@ -131,9 +131,23 @@ def test_latest_is_the_last_created_not_the_last_touched(tmp_path):
 
 
 def test_progress_without_a_terminal_is_plain_lines(capsys):
-    from selector_lens.runs.run import tracked
+    from selector_lens.runs.progress import tracked
 
     assert list(tracked([1, 2, 3], "checkpoints", every_s=0.0)) == [1, 2, 3]
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "checkpoints: 0/3" and err[-1].startswith("checkpoints: 3/3 in ")
     assert any("s left" in line for line in err[1:-1])  # an estimate on the way
+
+
+def test_an_analysis_reports_its_progress_once_over_the_steps_it_computes(run, capsys):
+    """Computed one checkpoint at a time, it is one progress line per analysis (named), not a
+    0/1 ... 1/1 pair per checkpoint."""
+    shown = sl.Run.open(run.path, progress=True)
+    sl.ablate_each_head(shown, [0, 20, 40], recompute=True)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "ablation: checkpoints: 0/3" and err[-1].startswith(
+        "ablation: checkpoints: 3/3"
+    )
+    assert not any("/1" in line for line in err)
+    sl.ablate_each_head(shown, [0, 20, 40])  # served from the store: nothing to report
+    assert capsys.readouterr().err == ""
