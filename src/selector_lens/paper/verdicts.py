@@ -172,16 +172,26 @@ def scaling(difference_ci, k_cis: list) -> str:
     return _of([d, flat])
 
 
-def monotone(taus: list[float | None], scatter: float) -> bool | None:
+def monotone(
+    taus: list[float | None], scatter: float, at_least: list[float | None] | None = None
+) -> bool | None:
     """Do the times grow with the swept value (in its order), up to the seed-to-seed scatter
     (`scatter` >= 1: max / min of τ over seeds at one point)? A step down by more than the
     scatter: no; no such step, and the last over the first beyond the scatter: yes; else (the
-    whole change within the scatter) None. Fewer than two times, or a missing one: None."""
-    if len(taus) < 2 or any(not x for x in taus):
+    whole change within the scatter) None. Fewer than two points, or one with neither a time nor
+    a bound: None.
+
+    `at_least[i]`: where point i's time is None (censored: not reached by the run's end), the
+    lower bound that end gives. A bound can prove a rise (the last point's bound over the first
+    time beyond the scatter) or a step down after it (a later time below the bound by more than
+    the scatter); nothing can step down into it, since its time may be anything above."""
+    bounds = list(at_least) if at_least is not None else [None] * len(taus)
+    low = [t if t else b for t, b in zip(taus, bounds)]  # each point's time, or its bound
+    if len(taus) < 2 or any(not x for x in low):
         return None
-    if any(b / a < 1 / scatter for a, b in zip(taus, taus[1:])):
+    if any(b and b / a < 1 / scatter for a, b in zip(low, taus[1:])):
         return False
-    return True if taus[-1] / taus[0] > scatter else None
+    return True if taus[0] and low[-1] / taus[0] > scatter else None
 
 
 def ratio_beyond(ratio: float | None, threshold: float, scatter: float) -> bool | None:

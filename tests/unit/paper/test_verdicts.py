@@ -196,6 +196,24 @@ def test_monotone(taus, scatter, want):
 
 
 @pytest.mark.parametrize(
+    "taus,at_least,want",
+    [
+        ([100, None], [None, 400], True),  # the last censored beyond the scatter: a rise
+        ([100, None], [None, 110], None),  # its bound within the scatter: open
+        ([100, None, 500], [None, 150, None], True),  # a bound between two times
+        ([100, None, 50], [None, 400, None], False),  # a time below an earlier bound
+        ([400, None], [None, 100], None),  # a bound below the first time: no step down shown
+        ([None, 400], [100, None], None),  # the first censored: no rise can be shown
+        ([100, None], [None, None], None),  # neither a time nor a bound
+    ],
+)
+def test_monotone_reads_the_bounds_of_censored_points(taus, at_least, want):
+    """A censored point is at least its bound: it proves a rise or a later fall, never a fall
+    into it; with no bounds the rule is the one above."""
+    assert v.monotone(taus, 1.2, at_least) is want
+
+
+@pytest.mark.parametrize(
     "ratio,want",
     [(1.5, True), (1.3, None), (1.1, False), (None, None)],
 )

@@ -297,6 +297,27 @@ def test_asymmetry_figure_draws_censored_thresholds_as_lower_bounds():
     assert "reverse's" in fig.layout.yaxis.title.text
 
 
+def test_noise_figure_draws_the_window_over_seeds_and_censored_lrs_as_bounds():
+    import pandas as pd
+
+    from selector_lens.viz import study_figures
+
+    lr = pd.DataFrame({"lr": [3e-4, 1e-3], "tau": [3300, 4400]})
+    batch = pd.DataFrame({"batch_size": [64, 512], "tau": [12000, 1075]})
+    windows = [
+        {"lr": 3e-4, "window": 2950.0, "window_at_least": None},
+        {"lr": 5e-4, "window": None, "window_at_least": None},  # no seed gives either: left out
+        {"lr": 1e-3, "window": None, "window_at_least": 7700.0},
+    ]
+    fig = study_figures.noise_taus(lr, batch, windows)
+    by_name = {t.name: t for t in fig.data}
+    mean = by_name["paper: window 0.95 → 0.05 log K (steps, mean over seeds)"]
+    low = by_name["paper's window, censored: at least"]
+    assert list(mean.x) == [3e-4] and list(mean.y) == [2950.0]
+    assert list(low.x) == [1e-3] and list(low.y) == [7700.0]
+    assert low.marker.symbol == "triangle-up-open"
+
+
 def test_every_dashboard_figure_titles_its_axes_and_names_its_lines(run, tmp_path, monkeypatch):
     from selector_lens.viz import dashboard
 

@@ -153,6 +153,8 @@ def noise(setup: Setup) -> Study:
     measures (the lr window width 0.95 → 0.05 log K; the batch τ by the first-target loss, in
     steps) for the verdict, and by ours (τ by the candidate loss; in examples) beside them;
     "monotone" judged against the seed-to-seed scatter of τ."""
+    import pandas as pd
+
     from selector_lens.runs.transition import window_width
 
     scale, out = setup.scale, setup.dir("noise")
@@ -167,11 +169,13 @@ def noise(setup: Setup) -> Study:
 
     def table(runs, by):
         t = run_table([r.path for r in runs]).sort_values(by)
-        logs = [(r.metric_rows(), r.config.task.log_k) for r in _in_order(runs, t)]
+        ordered = _in_order(runs, t)
+        logs = [(r.metric_rows(), r.config.task.log_k) for r in ordered]
         w = [window_width(rows, log_k) for rows, log_k in logs]
         ft = [window_width(rows, log_k, key="first_target_loss") for rows, log_k in logs]
         return t.assign(
             window=[x["width"] for x in w],
+            window_at_least=[_window_bound(r, x) for r, x in zip(ordered, w)],
             lowest_over_log_k=[x["lowest_over_log_k"] for x in w],
             lowest_first_target_over_log_k=[x["lowest_over_log_k"] for x in ft],
         )
@@ -197,9 +201,15 @@ def noise(setup: Setup) -> Study:
                 scatter_at[float(value)] = float(t.max() / t.min())
     scatter = max(scatter_at.values(), default=1.0)
     escaped, stuck = lr[lr.tau.notna()], lr[lr.tau.isna()].lr.tolist()
+    # the paper's lr τ over every seed of each escaped lr (seed 42 and the lr seeds)
+    seeded = table(list(several.values()), "lr") if several else lr.iloc[0:0]
+    windows = _windows_by_lr(pd.concat([lr, seeded]).drop_duplicates("run"), escaped.lr)
+    w_scatter = [max(w["measured"]) / min(w["measured"]) for w in windows if len(w["measured"]) > 1]
+    window_scatter = max(w_scatter, default=scatter)
     lr_ratio = float(escaped.tau.iloc[-1] / escaped.tau.iloc[0]) if len(escaped) >= 2 else None
     lr_span = float(escaped.lr.iloc[-1] / escaped.lr.iloc[0]) if len(escaped) >= 2 else None
-    widths = lr[lr.tau.notna()].window.tolist()
+    widths = [w["window"] for w in windows]
+    bounds = [w["window_at_least"] for w in windows]
     b_done = bs[bs.tau.notna()]
     b_examples = (
         float(b_done.tau_examples.iloc[0] / b_done.tau_examples.iloc[-1])
@@ -214,7 +224,9 @@ def noise(setup: Setup) -> Study:
     )
     never = bool(stuck and stuck[-1] == lr.lr.max())
     paper_parts = {
-        "τ grows monotonically with lr (window width)": verdicts.monotone(widths, scatter),
+        "τ grows monotonically with lr (window width)": verdicts.monotone(
+            widths, window_scatter, bounds
+        ),
         "the highest lr never escapes": never,
         "smaller batches delay escape (first-target τ, steps)": verdicts.ratio_beyond(
             b_steps, 1.2, scatter
@@ -264,8 +276,13 @@ def noise(setup: Setup) -> Study:
         "scatter": {"by_lr": scatter_at, "factor": scatter},
         "lr_tau_ratio": lr_ratio,
         "lr_span": lr_span,
+        "windows": windows,
+        "window_scatter": window_scatter,
         "lr_window_ratio": (
             widths[-1] / widths[0] if len(widths) >= 2 and widths[0] and widths[-1] else None
+        ),
+        "lr_window_ratio_at_least": (
+            bounds[-1] / widths[0] if len(widths) >= 2 and widths[0] and bounds[-1] else None
         ),
         "never_escaped_lr": stuck,
         "batch_small_over_large_tau_examples": b_examples,
@@ -276,7 +293,7 @@ def noise(setup: Setup) -> Study:
         "missing_runs": missing,
         "runs_not_finished_beside": later,
     }
-    figs = [study_figures.noise_taus(lr, bs)]
+    figs = [study_figures.noise_taus(lr, bs, windows)]
     _save(out, "noise", result)
     verdict = (
         verdicts.NO_RESULT if missing else verdicts.noise(paper_parts, len(escaped), len(b_done))
@@ -300,6 +317,49 @@ def _in_order(runs, table):
     return [by[p] for p in table.run]
 
 
+def _window_bound(run, window: dict) -> float | None:
+    """A lower bound on the paper's lr τ of a run that never got below 0.05 log K: its end
+    less the start of its window, where the run ended by its step budget. A run that stopped
+    early (at 0.1 log K, say) gives neither a width nor a bound."""
+    if window["width"] is not None or window["start"] is None or run.status != "finished":
+        return None
+    return float(window["last_step"] - window["start"])
+
+
+def _windows_by_lr(table, escaped_lrs) -> list[dict]:
+    """Per escaped lr (ascending): the widths measured over its seeds, the bounds of its
+    censored seeds, the mean width (None if no seed measured one) and, where none did, the mean
+    of the bounds."""
+    out = []
+    for value in sorted(set(escaped_lrs)):
+        rows = table[table.lr == value]
+        measured = [float(x) for x in rows.window.dropna()]
+        censored = [float(x) for x in rows.window_at_least.dropna()]
+        out.append(
+            {
+                "lr": float(value),
+                "seeds": sorted(int(x) for x in rows.seed),
+                "measured": measured,
+                "censored_at_least": censored,
+                "window": float(np.mean(measured)) if measured else None,
+                "window_at_least": None if measured or not censored else float(np.mean(censored)),
+            }
+        )
+    return out
+
+
+def _windows_text(windows: list[dict]) -> str:
+    def one(w):
+        n = len(w["seeds"])
+        if w["window"] is not None:
+            return f"{w['lr']:g}: {w['window']:,.0f} ({len(w['measured'])} of {n} seeds)"
+        if w["window_at_least"] is not None:
+            return f"{w['lr']:g}: ≥ {w['window_at_least']:,.0f} ({len(w['censored_at_least'])} of {n} seeds censored)"
+        return f"{w['lr']:g}: -"
+
+    return ", ".join(one(w) for w in windows) or "-"
+
+
 def _yes(v) -> str:
     return "yes" if v is True else "no" if v is False else "undetermined"
 
@@ -310,7 +370,21 @@ def _noise_sentence(result, lr, bs, cosine, base, missing, later) -> str:
 
     text = f"so far ({len(missing)} runs not finished: {', '.join(missing)}): " if missing else ""
     text += (
-        f"the paper's measures: lr window width (steps) at lr {steps('window', lr, 'lr')}"
+        f"the paper's measures: lr window width (steps; mean over the seeds that reach 0.05 "
+        f"log K, ≥: censored by their budget, the rest stopped at 0.1 log K) at lr "
+        f"{_windows_text(result['windows'])}, "
+        f"last / first {_fmt(result['lr_window_ratio'], '.2f')}"
+        + (
+            f" (≥ {result['lr_window_ratio_at_least']:.2f})"
+            if result["lr_window_ratio_at_least"]
+            else ""
+        )
+        + f", seed scatter x{result['window_scatter']:.2f}"
+        + (
+            f"; seed 42 alone: {steps('window', lr, 'lr')}"
+            if any(len(w["seeds"]) > 1 for w in result["windows"])
+            else ""
+        )
         + (
             " (- = never below 0.05 log K; lowest candidate loss / log K: "
             + ", ".join(
