@@ -204,8 +204,9 @@ def noise(setup: Setup) -> Study:
     # the paper's lr τ over every seed of each escaped lr (seed 42 and the lr seeds)
     seeded = table(list(several.values()), "lr") if several else lr.iloc[0:0]
     windows = _windows_by_lr(pd.concat([lr, seeded]).drop_duplicates("run"), escaped.lr)
+    # the window's own seed scatter rests on two or three seeds: never read it as tighter than τ's
     w_scatter = [max(w["measured"]) / min(w["measured"]) for w in windows if len(w["measured"]) > 1]
-    window_scatter = max(w_scatter, default=scatter)
+    window_scatter = max([scatter, *w_scatter])
     lr_ratio = float(escaped.tau.iloc[-1] / escaped.tau.iloc[0]) if len(escaped) >= 2 else None
     lr_span = float(escaped.lr.iloc[-1] / escaped.lr.iloc[0]) if len(escaped) >= 2 else None
     widths = [w["window"] for w in windows]
