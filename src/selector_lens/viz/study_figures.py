@@ -186,12 +186,14 @@ def noise_taus(lr, batch, windows: list[dict] | None = None) -> go.Figure:
     measured = [w for w in windows or [] if w["window"] is not None]
     bounds = [w for w in windows or [] if w["window_at_least"] is not None]
     name = "paper: window 0.95 → 0.05 log K (steps, mean over seeds)"
+    color = qualitative.Plotly[3]  # the window's points and its bounds in one colour
     if measured:
         fig.add_scatter(
             x=[w["lr"] for w in measured],
             y=[w["window"] for w in measured],
             mode="lines+markers",
             name=name,
+            line={"color": color},
             row=1,
             col=1,
         )
@@ -200,7 +202,7 @@ def noise_taus(lr, batch, windows: list[dict] | None = None) -> go.Figure:
             x=[w["lr"] for w in bounds],
             y=[w["window_at_least"] for w in bounds],
             mode="markers",
-            marker={"symbol": "triangle-up-open", "size": 11},
+            marker={"symbol": "triangle-up-open", "size": 11, "color": color},
             name="paper's window, censored: at least",
             row=1,
             col=1,

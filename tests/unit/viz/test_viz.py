@@ -315,7 +315,7 @@ def test_noise_figure_draws_the_window_over_seeds_and_censored_lrs_as_bounds():
     low = by_name["paper's window, censored: at least"]
     assert list(mean.x) == [3e-4] and list(mean.y) == [2950.0]
     assert list(low.x) == [1e-3] and list(low.y) == [7700.0]
-    assert low.marker.symbol == "triangle-up-open"
+    assert low.marker.symbol == "triangle-up-open" and low.marker.color == mean.line.color
 
 
 def test_every_dashboard_figure_titles_its_axes_and_names_its_lines(run, tmp_path, monkeypatch):
