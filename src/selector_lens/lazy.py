@@ -13,7 +13,7 @@ import functools
 import importlib
 
 
-class LazyModule:
+class _LazyModule:
     """Stands for a module until an attribute is read; each attribute is then looked up once."""
 
     def __init__(self, name: str) -> None:
@@ -28,8 +28,9 @@ class LazyModule:
         return f"<lazy module {self._name!r}>"
 
 
-def lazy_module(name: str) -> LazyModule:
-    return LazyModule(name)
+def lazy_module(name: str) -> _LazyModule:
+    """`name`, imported at the first attribute read."""
+    return _LazyModule(name)
 
 
 def inference_mode(fn):
