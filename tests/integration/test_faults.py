@@ -359,3 +359,20 @@ def test_an_import_killed_midway_leaves_nothing_and_imports_again(tmp_path, monk
     monkeypatch.setattr(importer, "read_paper_weights", real)
     run = importer.import_run(folder, tmp_path / "out")
     assert run.steps == [10]
+
+
+def test_publish_refuses_to_replace_the_parent_of_published_branches(tmp_path):
+    """Another training of a branching parent (here a tiny run under the K = 10 parent's name)
+    would orphan the published branches: one line, exit 2, nothing written."""
+    from pathlib import Path
+
+    published = Path(__file__).resolve().parents[2] / "analyses" / "results" / "paper"
+    shutil.copytree(published, tmp_path / "p")
+    name = "k10-nb1000-st50-s42"
+    assert (tmp_path / "p" / "branches" / name).is_dir()
+    sl.train(tiny(steps=60, ckpt_every=50), out=tmp_path / "root" / "runs" / name)
+    before = (tmp_path / "p" / "sha256sums.json").read_text()
+    res = cli("publish", "--root", tmp_path / "root", "--out", tmp_path / "p")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert f"{name} is the parent of the published branches" in res.stderr
+    assert (tmp_path / "p" / "sha256sums.json").read_text() == before

@@ -39,6 +39,25 @@ def publish_run(run: Run, dest: Path) -> None:
         shutil.copytree(run.path / STORE_DIR, dest / STORE_DIR)
 
 
+def _check_parent_kept(run: Run, dest: Path) -> None:
+    """Refuse, before anything is written, to replace a published run that published branches
+    start from with another training of it (other weights at a step both keep): its branches'
+    study would lose its parent."""
+    kept = dest / "runs" / run.path.name / MANIFEST
+    if not (dest / "branches" / run.path.name).is_dir() or not kept.is_file():
+        return
+    published = json.loads(kept.read_text())
+    for step in run.steps:
+        old = published.get(str(step))
+        if old is not None and old != checkpoint_checksum(run.ckpt_path(step)):
+            raise SelectorLensError(
+                f"{run.path.name} is the parent of the published branches in "
+                f"{dest / 'branches' / run.path.name}, and this training of it has other weights "
+                f"at step {step}: publishing it would orphan them (move {run.path} out of "
+                f"{run.path.parent} to publish the rest)"
+            )
+
+
 def write_tau_vs_d_svg(scaling: dict, path: Path) -> None:
     """τ against D on log-log axes with the fitted power law (from a scaling study's JSON)."""
     from selector_lens.viz.static import loglog_svg
@@ -78,6 +97,10 @@ def publish(root, dest, scale: str | None = None, output=None) -> dict:
         raise SelectorLensError(
             f"{root} holds no runs (no runs/ folder); run `selector-lens reproduce` first"
         )
+    finished = [p for p in sorted((root / "runs").iterdir()) if rundir.is_run(p)]
+    finished = [p for p in finished if rundir.is_done(p)]
+    for path in finished:
+        _check_parent_kept(Run.open(path), dest)
     done, pending = [], []
     for path in sorted((root / "runs").iterdir()):
         if not rundir.is_run(path):
