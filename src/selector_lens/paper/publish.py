@@ -97,19 +97,14 @@ def publish(root, dest, scale: str | None = None, output=None) -> dict:
         raise SelectorLensError(
             f"{root} holds no runs (no runs/ folder); run `selector-lens reproduce` first"
         )
-    finished = [p for p in sorted((root / "runs").iterdir()) if rundir.is_run(p)]
-    finished = [p for p in finished if rundir.is_done(p)]
-    for path in finished:
-        _check_parent_kept(Run.open(path), dest)
-    done, pending = [], []
-    for path in sorted((root / "runs").iterdir()):
-        if not rundir.is_run(path):
-            continue
-        if rundir.is_done(path):
-            publish_run(Run.open(path), dest / "runs" / path.name)
-            done.append(path.name)
-        else:
-            pending.append(path.name)
+    runs = [p for p in sorted((root / "runs").iterdir()) if rundir.is_run(p)]
+    done = [p.name for p in runs if rundir.is_done(p)]
+    pending = [p.name for p in runs if p.name not in done]
+    finished = [Run.open(root / "runs" / name) for name in done]
+    for run in finished:  # every check before anything is written
+        _check_parent_kept(run, dest)
+    for run in finished:
+        publish_run(run, dest / "runs" / run.path.name)
     branches = root / "branches"  # the studies' branches of some runs, in the same tree shape
     for path in sorted(branches.rglob(rundir.RUN_JSON)) if branches.is_dir() else []:
         if rundir.is_done(path.parent):

@@ -128,7 +128,7 @@ def per_step(
                 continue
         missing.append((step, key, path))
     batches = [missing] if together else [[m] for m in missing]
-    if getattr(run, "progress", False) and len(batches) > 1:  # one line per analysis, not step
+    if run.progress and len(batches) > 1:  # one line per analysis, not step
         from selector_lens.runs.progress import tracked
 
         batches = tracked(batches, f"{analysis}: checkpoints")

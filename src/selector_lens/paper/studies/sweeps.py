@@ -153,8 +153,6 @@ def noise(setup: Setup) -> Study:
     measures (the lr window width 0.95 → 0.05 log K; the batch τ by the first-target loss, in
     steps) for the verdict, and by ours (τ by the candidate loss; in examples) beside them;
     "monotone" judged against the seed-to-seed scatter of τ."""
-    import pandas as pd
-
     from selector_lens.runs.transition import window_width
 
     scale, out = setup.scale, setup.dir("noise")
@@ -201,9 +199,8 @@ def noise(setup: Setup) -> Study:
                 scatter_at[float(value)] = float(t.max() / t.min())
     scatter = max(scatter_at.values(), default=1.0)
     escaped, stuck = lr[lr.tau.notna()], lr[lr.tau.isna()].lr.tolist()
-    # the paper's lr τ over every seed of each escaped lr (seed 42 and the lr seeds)
-    seeded = table(list(several.values()), "lr") if several else lr.iloc[0:0]
-    windows = _windows_by_lr(pd.concat([lr, seeded]).drop_duplicates("run"), escaped.lr)
+    # the paper's lr τ over every seed of each escaped lr (`several` holds seed 42's lr runs too)
+    windows = _windows_by_lr(table(list(several.values()), "lr") if several else lr, escaped.lr)
     # the window's own seed scatter rests on two or three seeds: never read it as tighter than τ's
     w_scatter = [max(w["measured"]) / min(w["measured"]) for w in windows if len(w["measured"]) > 1]
     window_scatter = max([scatter, *w_scatter])
@@ -333,7 +330,7 @@ def _windows_by_lr(table, escaped_lrs) -> list[dict]:
     of the bounds."""
     out = []
     for value in sorted(set(escaped_lrs)):
-        rows = table[table.lr == value]
+        rows = table[table.lr == value].sort_values("seed")  # widths in seed order
         measured = [float(x) for x in rows.window.dropna()]
         censored = [float(x) for x in rows.window_at_least.dropna()]
         out.append(
