@@ -21,10 +21,11 @@ from selector_lens.errors import SelectorLensError
 from selector_lens.task.eval_set import EvalSet
 from selector_lens.task.selector import SelectorTask
 
-# Candidate tokens per chunk. At d_mlp = 512 a chunk's largest activation is then 16 MB, under
-# glibc's 32 MB ceiling for serving freed memory again: at 16384 every chunk's activations were
-# fresh pages, faulted in on first write (an evaluation of the K=10 paper run: 0.56 -> 0.46 s).
-MAX_ROWS = 8192
+# Candidate tokens per chunk. At d_mlp = 512 a chunk's largest activation is then 8 MB, which
+# glibc serves again from freed memory: at 8192 (16 MB) an evaluation of the K = 10 paper run
+# faulted in 35,000-65,000 fresh pages and took 1.03-1.12 x as long (2026-12-06); at 16384 every
+# chunk's activations were fresh pages. Smaller chunks pay per-op overhead (2048: 1.05 x).
+MAX_ROWS = 4096
 
 
 class EvalRow(TypedDict):

@@ -120,6 +120,32 @@ def test_hooks_see_and_change_what_transformer_lens_hooks_do():
     )
 
 
+def test_a_pattern_over_fewer_keys_than_the_softmax_width_is_transformer_lenses():
+    """Explicit attention pads a key axis shorter than 16 for PyTorch's vector softmax: a hook
+    still sees TransformerLens's pattern over the real keys, and its edit still takes effect."""
+    model = trained_like(sl.ModelConfig(n_layers=2), 4)
+    x = TASK.generate().tokens[:6]
+    _, kv = fused.forward(model, x[:, :8], keep_kv=True)
+    assert 8 + 3 < fused.SOFTMAX_WIDTH
+    seen = {}
+
+    def keep(pattern, hook):
+        seen[hook.name] = pattern.clone()
+
+    def ignore_first_key(pattern, hook):
+        pattern[..., 0] = 0.0
+
+    hooks = [("blocks.0.attn.hook_pattern", keep), ("blocks.1.attn.hook_pattern", ignore_first_key)]
+    got = fused.forward(model, x[:, 8:11], past=kv, fwd_hooks=hooks)
+    _, cache = model.run_with_cache(x)
+    want = cache["blocks.0.attn.hook_pattern"][:, :, 8:11, :11]
+    assert seen["blocks.0.attn.hook_pattern"].shape == want.shape
+    torch.testing.assert_close(seen["blocks.0.attn.hook_pattern"], want, atol=1e-6, rtol=1e-5)
+    oracle = model.run_with_hooks(x, fwd_hooks=[("blocks.1.attn.hook_pattern", ignore_first_key)])
+    torch.testing.assert_close(got, oracle[:, 8:11], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(got, model(x)[:, 8:11], atol=1e-3)  # the edit mattered
+
+
 def test_attached_hooks_and_unknown_hook_points_are_refused():
     model = sl.build_model(sl.ModelConfig(n_layers=1), TASK)
     x = TASK.generate().tokens[:2]
