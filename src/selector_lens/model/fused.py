@@ -351,6 +351,8 @@ def _attention(q, k, v, past, repeat: int, pattern_hooks, layer: int) -> torch.T
         parts.append(scores.new_full((1, 1, 1, 1), float("-inf")).expand(rows, H, P, pad))
     pattern = torch.cat(parts, -1).softmax(-1) if len(parts) > 1 else scores.softmax(-1)
     pattern = pattern[..., : S0 + P]
+    if pattern_hooks and pad > 0:
+        pattern = pattern.contiguous()  # as TransformerLens hands it to a hook
     for name, fn in pattern_hooks or ():
         out = fn(pattern, hook=_Hook(name, layer))
         pattern = pattern if out is None else out
