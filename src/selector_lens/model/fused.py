@@ -128,7 +128,9 @@ def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """x [M, ..., k] @ w [M, k, n] + b [M, n]: one GEMM with the bias fused (batched over models)."""
     m, n = x.shape[0], w.shape[-1]
     if m == 1:  # addmm: the same product as a batch of one, without baddbmm's overhead on CPU
-        return torch.addmm(b[0], x.reshape(-1, x.shape[-1]), w[0]).view(*x.shape[:-1], n)
+        return torch.addmm(b.squeeze(0), x.reshape(-1, x.shape[-1]), w.squeeze(0)).view(
+            *x.shape[:-1], n
+        )
     out = torch.baddbmm(b.unsqueeze(1), x.reshape(m, -1, x.shape[-1]), w)
     return out.view(*x.shape[:-1], n)
 
@@ -137,7 +139,7 @@ def _norm(x: torch.Tensor, w, b, eps: float) -> torch.Tensor:
     if w is None:
         return x
     if w.shape[0] == 1:
-        return F.layer_norm(x, x.shape[-1:], w[0], b[0], eps)
+        return F.layer_norm(x, x.shape[-1:], w.squeeze(0), b.squeeze(0), eps)
     shape = (w.shape[0],) + (1,) * (x.dim() - 2) + (w.shape[-1],)
     return F.layer_norm(x, x.shape[-1:], eps=eps) * w.view(shape) + b.view(shape)
 
@@ -216,7 +218,7 @@ def forward(
         x = (
             torch.stack([F.embedding(tokens[i], W_E[i]) for i in range(M)])
             if M > 1
-            else F.embedding(tokens, W_E[0])
+            else F.embedding(tokens, W_E.squeeze(0))
         )
         x = x + _stack(models, lambda m: m.pos_embed.W_pos[offset : offset + P]).unsqueeze(1)
     kv = []
@@ -267,7 +269,7 @@ def forward(
         h = act(_linear(h, _stack(mlp, lambda t: t.W_in), _stack(mlp, lambda t: t.b_in)))
         x = x + _linear(h, _stack(mlp, lambda t: t.W_out), _stack(mlp, lambda t: t.b_out))
     if stop_at_layer is not None:  # as in TransformerLens, even at n_layers: the residual stream
-        x = x[0] if single else x
+        x = x.squeeze(0) if single else x
         return (x, kv) if keep_kv else x
     if positions is not None and not last_only:
         x = x[:, :, positions]
@@ -277,7 +279,7 @@ def forward(
     logits = _linear(
         x, _stack(models, lambda m: m.unembed.W_U), _stack(models, lambda m: m.unembed.b_U)
     )
-    logits = logits[0] if single else logits
+    logits = logits.squeeze(0) if single else logits
     return (logits, kv) if keep_kv else logits
 
 
