@@ -63,8 +63,10 @@ def test_noise_table_scales_lr_and_batch(parent, tmp_path):
     assert by["batch x4"]["noise_scale"] == pytest.approx(cfg.lr / (4 * cfg.batch_size))
     run = sl.Run.open(tmp_path / "noise" / f"step{by['batch x4']['step']}" / by["batch x4"]["run"])
     assert run.config.batch_size == 4 * cfg.batch_size
+    assert (by["lr x4"]["lr_x"], by["batch x4"]["lr_x"]) == (4, 1)
     for r in rows:
         assert r["remaining"] == (None if r["tau"] is None else r["tau"] - r["step"])
+        assert r["distance"] == (None if r["tau"] is None else r["remaining"] * r["lr_x"])
     assert verdicts.noise_holds(rows) in verdicts.VERDICTS
 
 

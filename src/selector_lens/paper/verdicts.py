@@ -396,18 +396,22 @@ def necessity(rows: list[dict]) -> str:
 
 
 def noise_holds(rows: list[dict]) -> str:
-    """Does gradient noise hold the plateau? From one row per branch {noise_scale, remaining,
-    escaped, budget, step}: the remaining waiting time grows with the noise scale η / B
-    (`monotone` over the kinds ordered by it, at the seed-to-seed scatter; a branch that never
-    escaped counts its budget, a lower bound). Yes: reproduced; a step down beyond the scatter:
-    not reproduced; else partly. Fewer than two kinds: no result."""
+    """Does gradient noise hold the plateau? From one row per branch {change, noise_scale, lr_x,
+    remaining, escaped, budget, step}: the remaining wait, in distance travelled (steps x lr_x,
+    the lr over the parent's: a slower optimizer also moves less per step, which is pace, not
+    noise), grows with the noise scale η / B. `monotone` over the noise scales (changes that share
+    one pooled), at the seed-to-seed scatter of one change (max / min over its seeds); a branch
+    that never escaped counts its budget, a lower bound. Yes: reproduced; a step down beyond the
+    scatter: not reproduced; else partly. Fewer than two noise scales: no result."""
     kinds: dict[float, list[float]] = {}
+    changes: dict[str, list[float]] = {}
     for r in rows:
-        remaining = r["remaining"] if r["escaped"] else r["budget"] - r["step"]
-        kinds.setdefault(r["noise_scale"], []).append(remaining)
+        steps = r["remaining"] if r["escaped"] else r["budget"] - r["step"]
+        kinds.setdefault(r["noise_scale"], []).append(steps * r["lr_x"])
+        changes.setdefault(r["change"], []).append(steps * r["lr_x"])
     if len(kinds) < 2:
         return NO_RESULT
-    scatter = max((max(v) / min(v) for v in kinds.values() if min(v) > 0), default=1.0)
+    scatter = max((max(v) / min(v) for v in changes.values() if min(v) > 0), default=1.0)
     means = [float(sum(v) / len(v)) for _, v in sorted(kinds.items())]
     grows = monotone(means, max(scatter, 1.0))
     return REPRODUCED if grows else NOT_REPRODUCED if grows is False else PARTLY

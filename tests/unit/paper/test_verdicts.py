@@ -397,9 +397,11 @@ def test_necessity(rows, want):
     assert v.necessity(rows) == want
 
 
-def noise_row(scale, remaining, escaped=True):
+def noise_row(scale, remaining, escaped=True, change=None, lr_x=1):
     return {
+        "change": change or f"noise {scale}",
         "noise_scale": scale,
+        "lr_x": lr_x,
         "remaining": remaining,
         "escaped": escaped,
         "budget": 3000,
@@ -417,6 +419,28 @@ def noise_row(scale, remaining, escaped=True):
         ([noise_row(1, 1500), noise_row(4, 500)], NOT_REPRODUCED),  # more noise, sooner out
         ([noise_row(1, 500), noise_row(1, 700), noise_row(4, 650)], PARTLY),  # within the scatter
         ([noise_row(1, 500)], NO_RESULT),
+        # a quarter of the lr waits 4x the steps of 4x the batch at the same η / B: the same
+        # distance (400 x 0.25 = 100), so no scatter between them; then 1.5x over one change's
+        # seed scatter (1.1) is a rise
+        (
+            [
+                noise_row(1, 400, change="lr x0.25", lr_x=0.25),
+                noise_row(1, 100, change="batch x4"),
+                noise_row(1, 110, change="batch x4"),
+                noise_row(4, 160, change="no change"),
+            ],
+            REPRODUCED,
+        ),
+        # in steps the quarter lr's 300 falls to 100 at 4x the noise; in distance (75 against
+        # 100, beyond the 1.05 scatter) it rises: the slow optimizer's steps are short ones
+        (
+            [
+                noise_row(1, 300, change="lr x0.25", lr_x=0.25),
+                noise_row(4, 100, change="no change"),
+                noise_row(4, 105, change="no change"),
+            ],
+            REPRODUCED,
+        ),
     ],
 )
 def test_noise_holds(rows, want):

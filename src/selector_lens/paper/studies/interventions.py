@@ -115,7 +115,8 @@ def necessity_table(parent: Run, out, seeds=(1, 2, 3), train: bool = True) -> li
 def noise_table(parent: Run, out, seeds=(1, 2, 3), train: bool = True) -> list[dict]:
     """From `parent`'s kept state nearest 0.5 τ: lr x0.25, x0.5, x2, x4 and batch x4 (and no
     change), over `seeds`. One row per branch: the noise scale η / B, the remaining waiting time
-    (its τ minus the branch step; None if it never escaped within 3 x the parent's τ)."""
+    (its τ minus the branch step; None if it never escaped within 3 x the parent's τ) and the
+    distance it travelled meanwhile (remaining x lr_x, the lr over the parent's)."""
     tau = parent.require_tau("no τ to branch around")
     cfg, budget = parent.config, BUDGET_OVER_TAU * tau
     step = nearest_state(parent, NOISE_FRACTION * tau, Path(out))
@@ -138,9 +139,11 @@ def noise_table(parent: Run, out, seeds=(1, 2, 3), train: bool = True) -> list[d
                     "step": step,
                     "change": kind,
                     "noise_scale": cfg.lr * a / (cfg.batch_size * b),
+                    "lr_x": a,
                     "seed": seed,
                     "run": run.path.name,
                     "remaining": None if row["tau"] is None else row["tau"] - step,
+                    "distance": None if row["tau"] is None else (row["tau"] - step) * a,
                     **row,
                 }
             )
@@ -168,8 +171,8 @@ def from_step_0(parent: Run, runs: list[Run]) -> dict[str, dict]:
 
 
 def summary(rows: list[dict], by: tuple = ("step", "change")) -> list[dict]:
-    """Per branch kind: mean shift (or remaining time) over seeds with its range, and how many
-    seeds escaped."""
+    """Per branch kind: mean shift (or remaining time, and its distance) over seeds with its
+    range, and how many seeds escaped."""
     out = {}
     for r in rows:
         out.setdefault(tuple(r[k] for k in by), []).append(r)
@@ -177,6 +180,7 @@ def summary(rows: list[dict], by: tuple = ("step", "change")) -> list[dict]:
     for key, group in out.items():
         value = "remaining" if "remaining" in group[0] else "shift"
         done = [r[value] for r in group if r[value] is not None]
+        far = [r["distance"] for r in group if r.get("distance") is not None]
         table.append(
             {
                 **dict(zip(by, key)),
@@ -185,6 +189,7 @@ def summary(rows: list[dict], by: tuple = ("step", "change")) -> list[dict]:
                 value: float(np.mean(done)) if done else None,
                 f"{value}_range": [min(done), max(done)] if done else None,
                 **({"noise_scale": group[0]["noise_scale"]} if "noise_scale" in group[0] else {}),
+                **({"distance": float(np.mean(far))} if far else {}),
             }
         )
     return table
@@ -261,10 +266,14 @@ def _sentence(rows: list[dict], part: str, tau: int) -> str:
         mean = "-" if r[value] is None else format(r[value], spec)
         spread = r[f"{value}_range"]
         rng = f" [{format(spread[0], spec)}, {format(spread[1], spec)}]" if spread else ""
-        return f"{where}{r['change']}: {mean}{rng} ({r['escaped']}/{r['seeds']} escaped)"
+        far = f", distance {r['distance']:.0f}" if r.get("distance") is not None else ""
+        return f"{where}{r['change']}: {mean}{rng}{far} ({r['escaped']}/{r['seeds']} escaped)"
 
     what = (
-        "τ shift from the parent's" if part == "necessity" else "steps left to τ after the branch"
+        "τ shift from the parent's"
+        if part == "necessity"
+        else "steps left to τ after the branch, and the distance travelled meanwhile (steps x the "
+        "lr over the parent's)"
     )
     said = f"{what} (parent τ {tau}), mean [range] over seeds: " + "; ".join(one(r) for r in rows)
     start = [r for r in rows if r.get("from_step_0")]
