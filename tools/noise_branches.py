@@ -8,17 +8,21 @@ The study branches its parent at the kept state nearest 0.5 τ. A fresh workspac
 the parent is trained again up to that step (one thread, about 5 minutes; into
 ROOT/branch-points/, so `publish` never takes it for the finished parent) and its evaluations
 are checked against the published parent's, so every seed's branches start from the same
-trajectory; a parent that differs (another step's rounding) is refused. Each seed's branches of
-one batch size train as one batched model; a seed of 5 branches at batch 128 is ~2 h of one
-thread, its batch-512 branch ~1.5 h. Publish what finished with `selector-lens publish`.
+trajectory up to rounding (another CPU's kernels); a parent that differs beyond it (another
+step's arithmetic) is refused. Each seed's branches of one batch size train as one batched model;
+a seed of 5 branches at batch 128 is ~2 h of one thread, its batch-512 branch ~1.5 h. Publish
+what finished with `selector-lens publish`: the finished branches of a rebuilt branch point
+are pointed at the study's parent (ROOT/runs/NAME) first, which the published copy has.
 """
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 import selector_lens as sl
 from selector_lens.config import from_options
+from selector_lens.files import read_json, write_json
 from selector_lens.paper.presets import study_runs
 from selector_lens.paper.studies.interventions import (
     BUDGET_OVER_TAU,
@@ -29,18 +33,33 @@ from selector_lens.paper.studies.interventions import (
 from selector_lens.runs import rundir
 from selector_lens.training.branch import Changes, branches
 
+ROUNDING = 1e-5
+
+
+def close(ours, theirs) -> bool:
+    """Equal, numbers to within ROUNDING, lists and dicts element by element."""
+    if isinstance(ours, float) or isinstance(theirs, float):
+        return isinstance(theirs, (int, float)) and abs(ours - theirs) <= ROUNDING
+    if isinstance(ours, list) and isinstance(theirs, list):
+        return len(ours) == len(theirs) and all(map(close, ours, theirs))
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        return ours.keys() == theirs.keys() and all(close(ours[k], theirs[k]) for k in ours)
+    return ours == theirs
+
 
 def same_trajectory(ours: sl.Run, published: sl.Run, upto: int) -> bool:
-    """Both runs logged the same evaluations (wall clock aside) up to step `upto`."""
+    """Both runs logged the same evaluations (wall clock aside) up to step `upto`, each number
+    within ROUNDING: another CPU's GEMM kernels (AVX-512 without AMX, say) round differently by
+    ~1e-7, while a changed step (the EOS input dropped) drifts by 1e-2."""
 
     def rows(run):
-        return [
-            {k: v for k, v in r.items() if k != "wall_s"}
+        return {
+            r["step"]: {k: v for k, v in r.items() if k != "wall_s"}
             for r in run.metric_rows()
             if r["step"] <= upto
-        ]
+        }
 
-    return rows(ours) == rows(published)
+    return close(rows(ours), rows(published))
 
 
 def main() -> int:
@@ -83,7 +102,25 @@ def main() -> int:
     for seed in a.seeds:
         print(f"{a.part}, seed {seed}: {', '.join(s.label for s in specs)}", flush=True)
         branches(parent, step, out / f"step{step}", specs, seeds=(seed,))
+    if where != kept[0]:
+        relink(out / f"step{step}", where, kept[0])
     return 0
+
+
+def relink(branched: Path, rebuilt: Path, parent: Path) -> None:
+    """Point the finished branches of the rebuilt branch point at the study's parent, whose
+    trajectory it was checked to be: published, they then hang under the published parent
+    (its dashboard overlays them, `Run.lineage` walks to it)."""
+    parent.parent.mkdir(parents=True, exist_ok=True)  # `publish` reads ROOT/runs/, if empty
+    for info in branched.glob(f"*/{rundir.RUN_JSON}"):
+        record = read_json(info)
+        branch = record.get(rundir.BRANCH) or {}
+        if (
+            rundir.is_done(info.parent)
+            and (info.parent / branch.get("parent", "")).resolve() == rebuilt.resolve()
+        ):
+            branch["parent"] = os.path.relpath(parent.resolve(), info.parent.resolve())
+            write_json(info, record)
 
 
 if __name__ == "__main__":
