@@ -406,9 +406,9 @@ def noise_holds(rows: list[dict]) -> str:
     kinds: dict[float, list[float]] = {}
     changes: dict[str, list[float]] = {}
     for r in rows:
-        steps = r["remaining"] if r["escaped"] else r["budget"] - r["step"]
-        kinds.setdefault(r["noise_scale"], []).append(steps * r["lr_x"])
-        changes.setdefault(r["change"], []).append(steps * r["lr_x"])
+        wait = (r["remaining"] if r["escaped"] else r["budget"] - r["step"]) * r["lr_x"]
+        kinds.setdefault(r["noise_scale"], []).append(wait)
+        changes.setdefault(r["change"], []).append(wait)
     if len(kinds) < 2:
         return NO_RESULT
     scatter = max((max(v) / min(v) for v in changes.values() if min(v) > 0), default=1.0)
