@@ -172,7 +172,9 @@ def train(
     "  selector-lens branch --from checkpoints/k10 --step 500 --out checkpoints/k10-frozen "
     "--freeze-head L0H3\n\n"
     "  selector-lens branch --from checkpoints/k10 --step 500 --out checkpoints/k10-same   "
-    "# no change: continues as the parent did"
+    "# no change: continues as the parent did\n\n"
+    "  selector-lens branch --from checkpoints/k10 --step 500 --out checkpoints/k10-quiet "
+    "--noise-scale 0   # only the gradient noise changes"
 )
 def branch(
     from_: Path = typer.Option(..., "--from", help="The parent run directory."),
@@ -194,6 +196,12 @@ def branch(
     ablate_mode: str = typer.Option("mean", help="zero | mean (over the training set)."),
     z: str | None = typer.Option(
         None, help="permute (z drawn from its group's at every step) | drop (z is [PAD])."
+    ),
+    noise_scale: float | None = typer.Option(
+        None,
+        help="Scale the gradient's minibatch noise by C: g = ḡ + C (g_B - ḡ), ḡ from a reference "
+        "batch of 16 x the batch; same lr, batch and examples. 0: (nearly) full batch; 1: the "
+        "ordinary step, its noise recorded.",
     ),
     json_out: JsonOpt = False,
 ):
@@ -218,6 +226,7 @@ def branch(
         ablate_heads=ablate_head or [],
         ablate_mode=ablate_mode,
         z=z,
+        noise_scale=noise_scale,
         progress=not json_out,
     )
     info = child.info

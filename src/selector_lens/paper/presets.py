@@ -183,8 +183,9 @@ PRESETS = {
                 "early_stop": False,
             },
             "grid": {"seed": [42]},
-            # K = 20 past the paper's ablation table's steps (1,000 / 3,900 / 7,900)
-            "k20": {"k": [20], "steps": [8000]},
+            # K = 20 past the paper's ablation table's steps (1,000 / 3,900 / 7,900), three
+            # seeds (the paper code's dataset, init and batch order each): which head routes
+            "k20": {"k": [20], "steps": [8000], "seed": [42, 43, 44]},
         },
         "tiny": {
             "base": {**TINY_RUN, "ckpt_every": 10, "parity": "paper", "early_stop": False},

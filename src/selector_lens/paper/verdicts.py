@@ -395,18 +395,30 @@ def necessity(rows: list[dict]) -> str:
     return _of(checks) if checks else NO_RESULT
 
 
-def noise_holds(rows: list[dict]) -> str:
-    """Does gradient noise hold the plateau? From one row per branch {change, noise_scale, lr_x,
-    remaining, escaped, budget, step}: the remaining wait, in distance travelled (steps x lr_x,
-    the lr over the parent's: a slower optimizer also moves less per step, which is pace, not
-    noise), grows with the noise scale η / B. `monotone` over the noise scales (changes that share
-    one pooled), at the seed-to-seed scatter of one change (max / min over its seeds); a branch
-    that never escaped counts its budget, a lower bound. Yes: reproduced; a step down beyond the
-    scatter: not reproduced; else partly. Fewer than two noise scales: no result."""
+UNITS = ("steps", "examples")
+
+
+def noise_holds(rows: list[dict], unit: str = "steps") -> str:
+    """Does gradient noise hold the plateau, read from lr and batch changes? From one row per
+    branch {change, noise_scale, batch_x, remaining, escaped, budget, step}: the remaining wait,
+    in steps or in examples (steps x batch_x, the batch over the parent's), grows with the noise
+    scale η / B. `monotone` over the noise scales (changes that share one pooled), at the
+    seed-to-seed scatter of one change (max / min over its seeds); a branch that never escaped
+    counts its budget, a lower bound. Yes: reproduced; a step down beyond the scatter: not
+    reproduced; else partly. Fewer than two noise scales: no result.
+
+    Such changes move two things at once (a lower lr is also a slower pace; a larger batch also
+    a larger sample per step), so this reads the old study beside `noise_only`, which decides.
+    Until 2026-12-07 this rule read the wait in distance (steps x lr_x), a reading chosen after a
+    third seed flipped the steps verdict: it makes an lr change's rise nearly automatic
+    (docs/results.md)."""
+    if unit not in UNITS:
+        raise ValueError(f"unit is one of {UNITS}, got {unit!r}")
     kinds: dict[float, list[float]] = {}
     changes: dict[str, list[float]] = {}
     for r in rows:
-        wait = (r["remaining"] if r["escaped"] else r["budget"] - r["step"]) * r["lr_x"]
+        wait = r["remaining"] if r["escaped"] else r["budget"] - r["step"]
+        wait *= r.get("batch_x", 1) if unit == "examples" else 1
         kinds.setdefault(r["noise_scale"], []).append(wait)
         changes.setdefault(r["change"], []).append(wait)
     if len(kinds) < 2:
@@ -415,3 +427,58 @@ def noise_holds(rows: list[dict]) -> str:
     means = [float(sum(v) / len(v)) for _, v in sorted(kinds.items())]
     grows = monotone(means, max(scatter, 1.0))
     return REPRODUCED if grows else NOT_REPRODUCED if grows is False else PARTLY
+
+
+def noise_only(rows: list[dict]) -> str:
+    """Does gradient noise hold the plateau, with nothing else changed? Fixed on 2026-12-07,
+    before any noise-scaled branch had trained (issue 44). From one row per branch {noise_scale
+    C, seed, step, remaining (steps from the branch to τ), escaped, budget, eval_every, drift}:
+    branches of one parent at one step, the same lr, batch and examples (C only scales the
+    minibatch gradient's noise: `training.noise`); `drift` is the branch's mean step down the
+    mean gradient (-Δθ·ḡ/|ḡ|) before its τ.
+
+    1. The wait, in steps (a branch that never escaped counts its budget, a lower bound), per C
+       the mean over seeds, must grow with C: `monotone`, at the tolerance of the seed scatter
+       of one C (max / min over its escaped seeds, the largest over the Cs) but never finer
+       than one evaluation (1 + eval_every / the shortest wait). A step down beyond it: not
+       reproduced; no rise beyond it: partly.
+    2. Under AdamW more noise also shrinks the step along the mean gradient (a larger second
+       moment; clipping too, where it binds), and a slower pace alone lengthens a wait. The
+       waits are read again at the pace of C = 1 (steps x drift_C / drift_1: how far C = 1
+       would have gone down ḡ in the same time): they must still grow (`monotone`, the same
+       tolerance), else partly (a smaller effective step explains the rise).
+    Both: reproduced. Fewer than two Cs, a C with fewer than two seeds, or (for 2) no C = 1:
+    no result, resp. partly. Rows of another lr or batch (lr_x, batch_x != 1) are refused."""
+    if any(r.get("lr_x", 1) != 1 or r.get("batch_x", 1) != 1 for r in rows):
+        raise ValueError("noise_only reads branches that change the noise scale alone")
+    by: dict[float, list[dict]] = {}
+    for r in rows:
+        by.setdefault(float(r["noise_scale"]), []).append(r)
+    if len(by) < 2 or any(len(v) < 2 for v in by.values()):
+        return NO_RESULT
+
+    def wait(r, pace=1.0):
+        return (r["remaining"] if r["escaped"] else r["budget"] - r["step"]) * pace
+
+    def grows(pace) -> bool | None:
+        means, bounds, ratios = [], [], [1.0]
+        for c in sorted(by):
+            waits = [wait(r, pace(r)) for r in by[c]]
+            done = [w for r, w in zip(by[c], waits) if r["escaped"]]
+            mean = sum(waits) / len(waits)
+            means.append(mean if len(done) == len(waits) else None)
+            bounds.append(None if len(done) == len(waits) else mean)
+            if len(done) >= 2 and min(done) > 0:
+                ratios.append(max(done) / min(done))
+        shortest = min(wait(r) for r in rows)
+        resolution = 1 + max(r["eval_every"] for r in rows) / shortest if shortest > 0 else 1
+        return monotone(means, max(max(ratios), resolution), bounds)
+
+    in_steps = grows(lambda r: 1.0)
+    if in_steps is not True:
+        return NOT_REPRODUCED if in_steps is False else PARTLY
+    ones = [r["drift"] for r in by.get(1.0, []) if r.get("drift")]
+    if not ones or any(not r.get("drift") or r["drift"] <= 0 for r in rows):
+        return PARTLY
+    base = sum(ones) / len(ones)
+    return REPRODUCED if grows(lambda r: r["drift"] / base) else PARTLY

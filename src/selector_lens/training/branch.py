@@ -17,13 +17,17 @@ Changes, combinable:
   training and evaluation forward, through the evaluation's own `HeadAblation` (mean: its mean
   over the training set at the branch step, stored with the branch);
 - `z`: "permute" (each example's z drawn from its group's at every step: the z -> A map is
-  gone) or "drop" (z is [PAD]).
+  gone) or "drop" (z is [PAD]);
+- `noise_scale` C: each step's gradient is ḡ + C (g_B - ḡ), the minibatch's noise scaled around
+  an estimate of the full-batch gradient, with the same lr, batch and examples (`noise`); C = 1
+  steps exactly as no change does and records what the others record.
 The task and the model are the parent's: a branch continues the same network on the same data.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -39,6 +43,7 @@ from selector_lens.files import atomic_write, atomic_write_text
 from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
 from selector_lens.runs.rundir import BRANCH
+from selector_lens.training.noise import REFERENCE_X, REFRESH_EVERY
 from selector_lens.training.trainer import (
     ABLATION_VALUES,
     Z_CHANGES,
@@ -60,6 +65,7 @@ class Changes:
     ablate_heads: tuple = ()
     ablate_mode: str = "mean"
     z: str | None = None
+    noise_scale: float | None = None
 
     @property
     def label(self) -> str:
@@ -73,6 +79,7 @@ class Changes:
         ):
             parts += [f"{kind}-{h}" for h in heads]
         parts += [f"z-{self.z}"] if self.z else []
+        parts += [f"noise{self.noise_scale:g}"] if self.noise_scale is not None else []
         return "-".join(parts) or "same"
 
 
@@ -134,6 +141,12 @@ def make_branch(parent: Run, step: int, out, changes: Changes) -> TrainConfig:
         raise SelectorLensError(f"unknown z change {changes.z!r}; choose permute or drop")
     if changes.z is not None and not cfg.task.has_z:
         raise SelectorLensError(f"the {cfg.task.direction} task has no z to change")
+    if changes.noise_scale is not None and not (
+        isinstance(changes.noise_scale, (int, float)) and 0 <= changes.noise_scale < math.inf
+    ):
+        raise SelectorLensError(
+            f"noise_scale must be a number >= 0 (1: the ordinary step), got {changes.noise_scale!r}"
+        )
     if changes.ablate_mode not in ("zero", "mean"):
         raise SelectorLensError(
             f"ablation during training is zero or mean, got {changes.ablate_mode!r} "
@@ -150,6 +163,9 @@ def make_branch(parent: Run, step: int, out, changes: Changes) -> TrainConfig:
         "ablate_mode": changes.ablate_mode,
         "z": changes.z,
     }
+    if changes.noise_scale is not None:  # how ḡ is estimated, kept for a resume
+        record["noise_scale"] = float(changes.noise_scale)
+        record["noise_reference"] = {"reference_x": REFERENCE_X, "every": REFRESH_EVERY}
     state = read_state(parent.state_path_at(step), parent.config)
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     try:
@@ -232,11 +248,13 @@ def branch(
     ablate_heads=(),
     ablate_mode: str = "mean",
     z: str | None = None,
+    noise_scale: float | None = None,
     progress: bool = False,
     **options,
 ) -> Run:
     """Branch `run` at `step` (a step with a kept training state) into `out` and train the child
-    to its budget: `branch(run, 500, "b", lr=2e-3, freeze_heads=["L0H3"])`. Training options
+    to its budget: `branch(run, 500, "b", lr=2e-3, freeze_heads=["L0H3"])`,
+    `branch(run, 500, "quiet", noise_scale=0.0)`. Training options
     come as `changes` (a dict) or keywords. Returns the child run."""
     parent = run if isinstance(run, Run) else Run.open(run)
     spec = _spec(
@@ -248,6 +266,7 @@ def branch(
         ablate_heads=ablate_heads,
         ablate_mode=ablate_mode,
         z=z,
+        noise_scale=noise_scale,
     )
     cfg = make_branch(parent, step, out, spec)
     return train_many([cfg], [out], resume=True, progress=progress)[0]

@@ -26,6 +26,7 @@ from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
 from selector_lens.runs.transition import summarize
 from selector_lens.task.order import BatchOrder
+from selector_lens.training.noise import NoiseScale
 from selector_lens.training.trackers import check_tracker, open_tracker
 
 
@@ -86,19 +87,35 @@ def compiled_losses():
 
 
 def train_step(
-    models, opts, batches: torch.Tensor, first: int, grad_clip: float, hooks=(), losses_of=None
+    models,
+    opts,
+    batches: torch.Tensor,
+    first: int,
+    grad_clip: float,
+    hooks=(),
+    losses_of=None,
+    noises=None,
 ) -> torch.Tensor:
     """One optimizer step per model on `target_losses` (or `losses_of`, its compiled form):
     each model gets the gradient of its own loss, its own clipping and its own optimizer.
-    Returns the losses [models]."""
+    `noises`: per model a `noise.NoiseScale` (its gradient's noise scaled before clipping, the
+    step recorded) or None. Returns the losses [models]."""
     losses = (losses_of or target_losses)(models, batches, first, hooks)
     for opt in opts:
         opt.zero_grad(set_to_none=True)
     losses.sum().backward()
-    for model, opt in zip(models, opts):
+    for model, opt, noise in zip(models, opts, noises or [None] * len(models)):
+        if noise:
+            noise.mix(model)
+        norm = None
         if grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True)
+        before = (
+            [p.detach().clone() for p in model.parameters() if p.requires_grad] if noise else []
+        )
         opt.step()
+        if noise:
+            noise.record(None if norm is None else float(norm), grad_clip, before, model)
     return losses.detach()
 
 
@@ -167,6 +184,10 @@ def _state_checksum(state: dict) -> str:
         for p, s in state["optimizer"]["state"].items()
         for k, v in s.items()
     }
+    for k, v in state.get("noise", {}).items():  # a noise-scaled branch's ḡ and records
+        tensors.update(
+            {f"noise.{k}.{i}": t for i, t in enumerate(v)} if k == "mean" else {f"noise.{k}": v}
+        )
     head = {k: state[k] for k in ("step", "elapsed", "settings")}
     head["param_groups"] = state["optimizer"]["param_groups"]
     return tensors_checksum(tensors) + ":" + json.dumps(head, sort_keys=True, default=str)
@@ -387,6 +408,9 @@ def _loop(active: list, first: int, clip: float, ctrl_c: _CtrlC) -> None:
             key = (len(batch), id(s) if s.hooks else None)
             by_rows.setdefault(key, []).append((s, batch))
         for members in by_rows.values():
+            for s, _ in members:
+                if s.noise and s.noise.due(s.step):  # ḡ at the parameters this step starts from
+                    s.noise.refresh(s.model, s.step, s.batch_of, s.loss_of)
             losses = train_step(
                 [s.model for s, _ in members],
                 [s.opt for s, _ in members],
@@ -395,6 +419,7 @@ def _loop(active: list, first: int, clip: float, ctrl_c: _CtrlC) -> None:
                 clip,
                 members[0][0].hooks,
                 compiled_losses() if members[0][0].cfg.compile else None,
+                [s.noise for s, _ in members],
             )
             for (s, _), loss in zip(members, losses):
                 s.after_step(loss)
@@ -452,6 +477,7 @@ class _RunState:
         metrics_path = out / rundir.METRICS
 
         self.step, elapsed = 0, 0.0
+        self.noise_state = None
         if has_state:
             self.step, elapsed = self._load_state(device)
             self.run.model_at(self.step, self.model)
@@ -471,6 +497,14 @@ class _RunState:
         hooks = self.ablation.hooks(none, 0) if self.ablation else []
         # on a copy: the attention kernel's output, which its backward reads, stays as it was
         self.hooks = [(name, lambda z, hook, fn=fn: fn(z.clone(), hook)) for name, fn in hooks]
+        self.noise = None  # a branch's noise scale (`noise.NoiseScale`)
+        if record.get("noise_scale") is not None:
+            ref = record.get("noise_reference") or {}
+            self.noise = NoiseScale(
+                record["noise_scale"], self.task.n_examples, cfg.batch_size, cfg.seed, **ref
+            )
+            if self.noise_state:
+                self.noise.load(self.noise_state)
         # the state checked: run.json takes this resume's budget and device, and says running
         rundir.update(out, config=cfg.to_dict(), status=rundir.RUNNING)
         self.streak = 0
@@ -492,6 +526,7 @@ class _RunState:
     def _load_state(self, device) -> tuple[int, float]:
         """The saved state (`read_state`), into this run's optimizer."""
         state = read_state(self.run.state_path, self.cfg, device, self.out)
+        self.noise_state = state.get("noise")
         try:
             self.opt.load_state_dict(state["optimizer"])
         except Exception as e:  # a state of another model shape
@@ -526,6 +561,18 @@ class _RunState:
             return without_z(self.tokens, index, self.task, self.z_mode, self.cfg.seed, self.step)
         return self.tokens[index]
 
+    def batch_of(self, index: torch.Tensor, step: int) -> torch.Tensor:
+        """The training examples at `index` as `step` trains on them (a branch's `z` change
+        applied): what a noise-scaled branch's reference batch reads."""
+        index = index.to(self.device)
+        if self.z_mode:
+            return without_z(self.tokens, index, self.task, self.z_mode, self.cfg.seed, step)
+        return self.tokens[index]
+
+    def loss_of(self, model, batch: torch.Tensor) -> torch.Tensor:
+        """The training loss of `model` on `batch` [batch, pos] (the branch's ablated heads on)."""
+        return target_losses([model], batch.unsqueeze(0), self.task.first_target_pos, self.hooks)[0]
+
     def after_step(self, loss: torch.Tensor) -> None:
         cfg, step = self.cfg, self.step
         with torch.no_grad():
@@ -550,6 +597,8 @@ class _RunState:
             "lr": lr_at(self.cfg, max(step, 1)),
         }
         row.update(evaluate(self.model, self.eval_set, intervention=self.ablation))
+        if self.noise and step > 0:
+            row.update(self.noise.row())
         if not math.isfinite(row["loss"]):  # diverged: a NaN row would poison every summary
             raise SelectorLensError(
                 f"{self.out} diverged: loss {row['loss']} at step {step} (lr {self.cfg.lr}); "
@@ -573,6 +622,8 @@ class _RunState:
             "settings": _settings(self.cfg),
             "optimizer": self.opt.state_dict(),
         }
+        if self.noise:
+            state["noise"] = self.noise.state()
         state["checksum"] = _state_checksum(state)
         atomic_write(self.run.state_path, lambda tmp: torch.save(state, tmp))
         every = self.cfg.states_at

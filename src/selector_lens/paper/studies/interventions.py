@@ -140,9 +140,13 @@ def noise_table(parent: Run, out, seeds=(1, 2, 3), train: bool = True) -> list[d
                     "change": kind,
                     "noise_scale": cfg.lr * a / (cfg.batch_size * b),
                     "lr_x": a,
+                    "batch_x": b,
                     "seed": seed,
                     "run": run.path.name,
                     "remaining": None if row["tau"] is None else row["tau"] - step,
+                    "examples": None
+                    if row["tau"] is None
+                    else (row["tau"] - step) * cfg.batch_size * b,
                     "distance": None if row["tau"] is None else (row["tau"] - step) * a,
                     **row,
                 }
