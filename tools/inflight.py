@@ -4,8 +4,9 @@
     python tools/inflight.py restore [--root checkpoints/reproduce/paper]
 
 A paper-scale study outlasts a session, and a fresh workspace keeps `.git` but none of the ignored
-run directories. `save` packs what `--resume` reads from each unfinished run under ROOT/runs/
-(run.json, data.json, metrics.jsonl, ckpt/last.pt and the checkpoint of its step, ~10 MB a run)
+run directories. `save` packs what `--resume` reads from each unfinished run under ROOT/runs/ and
+each unfinished branch under ROOT/branches/ (run.json, data.json, metrics.jsonl, ckpt/last.pt and
+the checkpoint of its step, ~10 MB a run; a branch's ablation values too)
 into one commit on `refs/inflight/<ROOT's name>`: outside every branch, so a clone of main never
 carries it, and each save replaces the last. `restore` unpacks it wherever the run is missing or
 behind; training (`reproduce`, `study`, `sweep`) then resumes from there exactly. Finished runs
@@ -25,6 +26,15 @@ from selector_lens.runs import rundir
 
 IDENTITY = {"NAME": "selector-lens inflight", "EMAIL": "inflight@selector-lens"}  # unless set
 FILES = ("run.json", "data.json", "metrics.jsonl", "ckpt/last.pt")
+OPTIONAL = ("ablation.safetensors",)  # a branch's mean head outputs, where it ablates heads
+
+
+def unfinished(root: Path) -> list[Path]:
+    """Every run under ROOT/runs/ and ROOT/branches/ (at any depth) that has a resume state and
+    has not finished."""
+    found = sorted(p for p in (root / "runs").glob("*") if p.is_dir())
+    found += sorted(p.parent for p in (root / "branches").rglob("run.json"))
+    return [p for p in found if rundir.is_run(p) and not rundir.is_done(p) and state_step(p)]
 
 
 def git(*args: str, repo: Path, env: dict | None = None, check: bool = True) -> bytes:
@@ -43,7 +53,8 @@ def _pack(path: Path, repo: Path) -> tuple[int, dict[str, str]]:
     """Blobs of a run's resume files, re-read until no checkpoint lands while reading them."""
     while True:
         step = state_step(path)
-        names = [*FILES, f"ckpt/step_{step:06d}.safetensors"]
+        names = [*FILES, *(n for n in OPTIONAL if (path / n).is_file())]
+        names.append(f"ckpt/step_{step:06d}.safetensors")
         blobs = {
             n: git("hash-object", "-w", str(path.resolve() / n), repo=repo).decode().strip()
             for n in names
@@ -57,14 +68,13 @@ def save(root: Path, ref: str, repo: Path = Path(".")) -> list[str]:
     saved = []
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        for path in sorted((root / "runs").iterdir()) if (root / "runs").is_dir() else []:
-            if not rundir.is_run(path) or rundir.is_done(path) or not state_step(path):
-                continue
+        for path in unfinished(root):
             step, blobs = _pack(path, repo)
+            where = path.relative_to(root).as_posix()  # runs/NAME or branches/.../NAME
             for name, blob in blobs.items():
-                info = f"100644,{blob},{path.name}/{name}"
+                info = f"100644,{blob},{where}/{name}"
                 git("update-index", "--add", "--cacheinfo", info, repo=repo, env=env)
-            saved.append(f"{path.name} at step {step}")
+            saved.append(f"{where} at step {step}")
         if not saved:  # nothing left in flight: a stale pack would bring back finished runs
             git("update-ref", "-d", ref, repo=repo, check=False)
             return saved
@@ -77,18 +87,22 @@ def save(root: Path, ref: str, repo: Path = Path(".")) -> list[str]:
 
 
 def restore(root: Path, ref: str, repo: Path = Path(".")) -> list[str]:
-    """Unpack `ref` into ROOT/runs/ where a run is missing or behind the packed step."""
+    """Unpack `ref` into ROOT where a run is missing or behind the packed step (packs from before
+    branches were carried name runs/ NAME without its runs/)."""
     if not git("rev-parse", "-q", "--verify", ref, repo=repo, check=False):
         return []  # nothing was saved
     listing = git("ls-tree", "-r", "--format=%(objectname) %(path)", ref, repo=repo)
     runs: dict[str, list[tuple[str, str]]] = {}
     for line in filter(None, listing.decode().split("\n")):
         blob, name = line.split(" ", 1)
-        run, rel = name.split("/", 1)
+        if name.split("/", 1)[0] not in ("runs", "branches"):
+            name = f"runs/{name}"
+        run, rel = name.split("/ckpt/", 1) if "/ckpt/" in name else name.rsplit("/", 1)
+        rel = f"ckpt/{rel}" if f"{run}/ckpt/" in name else rel
         runs.setdefault(run, []).append((blob, rel))
     restored = []
     for run, files in runs.items():
-        path = root / "runs" / run
+        path = root / run
         packed = next(int(r[10:].split(".")[0]) for _, r in files if r.startswith("ckpt/step_"))
         if rundir.is_run(path) and (rundir.is_done(path) or state_step(path) >= packed):
             continue

@@ -9,7 +9,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from selector_lens.errors import SelectorLensError
 from selector_lens.fields import check_fields, checked, label, option
+from selector_lens.task.induction import InductionTask
+from selector_lens.task.modular import ModularTask
+from selector_lens.task.protocol import Task, task_class, task_name
 from selector_lens.task.selector import SelectorTask
+
+# the built-in tasks whose fields are flat options (a user's task is configured in Python)
+TASKS = {cls.name: cls for cls in (SelectorTask, ModularTask, InductionTask)}
 
 # What fused.forward reproduces (training and evaluation run through it; see model/fused.py).
 ACT_FNS = ("gelu", "gelu_new", "relu", "silu")
@@ -31,6 +37,7 @@ class ModelConfig:
     act_fn: str = option("gelu", "MLP activation.", ACT_FNS)
     normalization_type: str | None = option("LN", "LN (pre-LN) or none.", ("LN", "none"))
     n_ctx: int | None = option(None, "Context length (default: the task's length, at least 16).")
+    attn_only: bool = option(False, "Attention only, no MLPs (the induction-head models).")
 
     def __post_init__(self):
         check_fields(self)
@@ -68,7 +75,7 @@ class TrainConfig:
     `early_stop_frac` nats; `b_to_a` never stops early, its floor is log K).
     """
 
-    task: SelectorTask = field(default_factory=SelectorTask)
+    task: Task = field(default_factory=SelectorTask)
     model: ModelConfig = field(default_factory=ModelConfig)
     steps: int = option(6000, "Maximum optimizer steps.")
     batch_size: int = option(128, "Examples per step.")
@@ -192,24 +199,33 @@ class TrainConfig:
         return run_name(self.options())
 
     def options(self) -> dict:
-        """The config as flat options (`OPTIONS` names), what `from_options` reads back."""
+        """The config as flat options (`OPTIONS` names), what `from_options` reads back: the
+        task's own fields, the model's, training's, and `task` (its name)."""
         sections = {"task": self.task, "model": self.model, "train": self}
-        return {n: getattr(sections[o.section], o.field) for n, o in OPTIONS.items()}
+        name = task_name(self.task)
+        out = {
+            n: getattr(sections[o.section], o.field)
+            for n, o in OPTIONS.items()
+            if o.section in ("model", "train") or name in o.tasks
+        }
+        out.update(task=name)
+        return out
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """run.json's config: the selector's task as its fields (as runs have always stored
+        it); any other task with its name first."""
+        d = asdict(self)
+        if not isinstance(self.task, SelectorTask):
+            d["task"] = {"name": task_name(self.task), **d["task"]}
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
         known = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
-        return cls(
-            **{
-                **d,
-                "task": SelectorTask(**d.get("task", {})),
-                "model": ModelConfig(**d.get("model", {})),
-            }
-        )
+        task = dict(d.get("task", {}))
+        kind = task_class(task.pop("name", "selector"))
+        return cls(**{**d, "task": kind(**task), "model": ModelConfig(**d.get("model", {}))})
 
     def differences(self, other: TrainConfig, ignore=RESUMABLE) -> list[str]:
         """Settings that differ from `other` ('lr: 0.001 != 0.002'), nested configs flattened."""
@@ -235,28 +251,46 @@ def _flat(d: dict, prefix: str = "") -> dict:
 class Option:
     """One flat option name (the CLI's `--n-bases`, a sweep's `n_bases`) and the config field it sets."""
 
-    section: str  # "task", "model" or "train"
+    section: str  # "task", "model", "train", or "choice" (`task`: which task)
     field: str
     type: object  # a type, or a union with None
     default: object
     help: str
     choices: tuple
+    tasks: tuple = ()  # a task option: the built-in tasks that have it
 
 
 def _options() -> dict[str, Option]:
     import typing
 
-    out = {}
-    for section, cls in (("task", SelectorTask), ("model", ModelConfig), ("train", TrainConfig)):
+    out = {
+        "task": Option(
+            "choice",
+            "task",
+            str,
+            "selector",
+            "The task: selector, modular, induction, or a class of yours (path/to/file.py:ClassName, "
+            "package.module:ClassName; a task file is Python and runs with your rights).",
+            (),
+        )
+    }
+    sections = [("task", cls) for cls in TASKS.values()]
+    for section, cls in [*sections, ("model", ModelConfig), ("train", TrainConfig)]:
         hints = typing.get_type_hints(cls)
         for f in fields(cls):
             if f.name in ("task", "model"):
                 continue
             name = "data_seed" if (section, f.name) == ("task", "seed") else f.name
+            if name in out and section == "task":  # a field two tasks share
+                out[name] = replace(out[name], tasks=(*out[name].tasks, cls.name))
+                continue
             choices = tuple(c for c in f.metadata.get("choices", ()) if c is not None)
             help = f.metadata["help"] + (f" One of {', '.join(choices)}." if choices else "")
+            if section == "task" and cls is not SelectorTask:
+                help += f" ({cls.name} task)"
             default = None if name == "data_seed" else f.default
-            out[name] = Option(section, f.name, hints[f.name], default, help, choices)
+            tasks = (cls.name,) if section == "task" else ()
+            out[name] = Option(section, f.name, hints[f.name], default, help, choices, tasks)
     out["data_seed"] = replace(
         out["data_seed"], type=int | None, help="Seed of the sampled strings (default: --seed)."
     )
@@ -282,13 +316,21 @@ def from_options(options: dict) -> TrainConfig:
     unknown = set(options) - set(OPTIONS)
     if unknown:
         raise SelectorLensError(f"unknown option(s): {', '.join(sorted(map(label, unknown)))}")
+    kind = task_class(checked("task", options.pop("task", "selector"), str))
     parts: dict = {"task": {}, "model": {}, "train": {}}
     for name, value in options.items():
         o = OPTIONS[name]
+        if o.section == "task" and kind.name not in o.tasks:
+            if value == o.default:  # another task's option left at its default (the CLI's)
+                continue
+            raise SelectorLensError(
+                f"{label(name)} is an option of the {' and '.join(o.tasks)} task, not of "
+                f"the {kind.name} task"
+            )
         parts[o.section][o.field] = checked(name, value, o.type)
     parts["task"].setdefault("seed", parts["train"].get("seed", TrainConfig.seed))
     return TrainConfig(
-        task=SelectorTask(**parts["task"]), model=ModelConfig(**parts["model"]), **parts["train"]
+        task=kind(**parts["task"]), model=ModelConfig(**parts["model"]), **parts["train"]
     )
 
 
@@ -333,6 +375,17 @@ def run_name(options: dict) -> str:
     """The one name of a run, from its flat options: `k10-nb1000-s42`, `k20-nb1000-lr0.002-s42`,
     `k10-nb1000-a_to_b-s43`, `k20-nb1000-bs64-s42`: K, n_bases and seed always, then what the
     studies vary, where it differs from the default (`TrainConfig.name`, the presets' runs)."""
+    task = options.get("task", "selector")
+    if task != "selector":  # another task: its name, then its options that differ from default
+        cls = task_class(task)
+        parts = [cls.name] + [
+            f"{f.name}{options[f.name]:g}"
+            if isinstance(options.get(f.name), (int, float))
+            else f"{f.name}-{options[f.name]}"
+            for f in fields(cls)
+            if f.name != "seed" and f.name in options and options[f.name] != f.default
+        ]
+        return "-".join(parts + [f"s{options.get('seed', TrainConfig.seed)}"])
     parts = [f"k{options.get('k', SelectorTask.k)}", f"nb{options['n_bases']}"]
     for key in NAME_ORDER:
         if key in options and options[key] != OPTIONS[key].default:

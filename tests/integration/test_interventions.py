@@ -84,3 +84,29 @@ def test_each_noise_branch_is_set_beside_the_same_change_from_step_0(parent, tmp
     assert set(found) == {"no change", "lr x2", "batch x4"}
     assert found["lr x2"] == {"run": "lr2", "tau": doubled.tau()}
     assert found["batch x4"]["run"] == "b4" and found["no change"]["run"] == parent.path.name
+
+
+def test_noise_only_table_scales_the_noise_alone(parent, tmp_path):
+    rows = iv.noise_only_table(parent, tmp_path / "only", seeds=(1, 2))
+    cfg = parent.config
+    assert sorted({r["noise_scale"] for r in rows}) == list(iv.NOISE_SCALES)
+    assert len(rows) == len(iv.NOISE_SCALES) * 2
+    assert any(r["tau"] for r in rows), "no branch escaped: the waits go unchecked"
+    for r in rows:
+        branch = sl.Run.open(tmp_path / "only" / f"step{r['step']}" / r["run"])
+        assert branch.info["branch"]["noise_scale"] == r["noise_scale"]
+        # the noise alone: the parent's lr and batch (so the same examples, in the same order)
+        assert (branch.config.lr, branch.config.batch_size) == (cfg.lr, cfg.batch_size)
+        assert r["remaining"] == (None if r["tau"] is None else r["tau"] - r["step"])
+        assert r["examples"] == (None if r["tau"] is None else r["remaining"] * cfg.batch_size)
+        assert 0 <= r["clip"] <= 1 and r["update_norm"] > 0 and r["noise_norm"] > 0
+        # each record is the mean of the branch's logged rows up to its τ
+        end = r["tau"] or r["final_step"]
+        logged = [x["noise_clip"] for x in branch.metric_rows() if r["step"] < x["step"] <= end]
+        assert r["clip"] == pytest.approx(sum(logged) / len(logged))
+    assert verdicts.noise_only(rows) in verdicts.VERDICTS
+    again = iv.noise_only_table(parent, tmp_path / "only", seeds=(1, 2), train=False)
+    assert again == rows  # read back from the logs alone
+    table = iv.summary(rows, ("noise_scale",))
+    assert [t["noise_scale"] for t in table] == list(iv.NOISE_SCALES)
+    assert all("drift" in t and "clip_max" in t for t in table)

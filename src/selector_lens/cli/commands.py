@@ -277,10 +277,19 @@ def _resumed_options(out: Path | None, options: dict, given: list[str], extend_t
 # --- analyses over a run's checkpoints -------------------------------------------------------
 
 
-def _open_run(run: Path | None):
+def _open_run(run: Path | None, command: str):
+    """The run (the latest one if None) for `command`, which reads the selector's positions and
+    metrics (z, the candidates): a run of another task is one clear line."""
     from selector_lens.runs.run import Run
 
-    return Run.open(run, progress=True) if run is not None else Run.latest(progress=True)
+    r = Run.open(run, progress=True) if run is not None else Run.latest(progress=True)
+    task = r.config.task
+    if task.name != "selector":
+        raise SelectorLensError(
+            f"`{command}` reads the selector's positions and metrics (z, the candidates); "
+            f"{r.path} is a run of the {task.name} task, which it does not read yet"
+        )
+    return r
 
 
 def _steps(run, step, phase, every) -> list[tuple[str | None, int]]:
@@ -345,7 +354,7 @@ def ablate_head(
     """Ablate attention heads (through blocks.L.attn.hook_z) and compare with the clean run."""
     from selector_lens.analysis.ablation import METRICS, ablate_each_head, ablate_heads
 
-    r = _open_run(run)
+    r = _open_run(run, "ablate-head")
     given = (layer is not None, head is not None)
     if (all_heads and any(given)) or (not all_heads and not all(given)):
         raise SelectorLensError("give --layer and --head, or --all-heads")
@@ -427,7 +436,7 @@ def attention(
     """Attention mass onto z per layer and head across checkpoints."""
     from selector_lens.analysis.attention import attention_to_z
 
-    r = _open_run(run)
+    r = _open_run(run, "attention")
     steps = None if step is None and every is None else r.select_steps(step=step, every=every)
     df = attention_to_z(r, steps, query)
     if json_out:
@@ -459,7 +468,7 @@ def logit_lens_cmd(
     after the embedding and every block: P(correct a1), top-1, entropy, candidate loss on a1."""
     from selector_lens.analysis.lens import logit_lens
 
-    r = _open_run(run)
+    r = _open_run(run, "logit-lens")
     df = logit_lens(r, r.select_steps(step=step, phase=phase, every=every))
     if json_out:
         fmt.json_line(df.to_dict(orient="records"))
@@ -493,7 +502,7 @@ def weights_cmd(
     consecutive displacements (per weight matrix in --json)."""
     from selector_lens.analysis.trajectory import weight_trajectory
 
-    r = _open_run(run)
+    r = _open_run(run, "weights")
     df = weight_trajectory(r, r.select_steps(every=every))
     if json_out:  # undefined displacement / cosine (first checkpoints) as null
         fmt.json_line(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
@@ -521,7 +530,7 @@ def representations_cmd(
     position, per layer (0 = the embedding), across checkpoints: the neural-collapse test."""
     from selector_lens.analysis.representations import representation_stats
 
-    r = _open_run(run)
+    r = _open_run(run, "representations")
     df = representation_stats(r, r.select_steps(step=step, phase=phase, every=every))
     if json_out:
         fmt.json_line(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
@@ -545,7 +554,7 @@ def cascade(
     """Find the routing head and time the cascade: its attention onset, Δz onset, τ."""
     from selector_lens.analysis.routing import cascade as run_cascade
 
-    r = _open_run(run)
+    r = _open_run(run, "cascade")
     out = run_cascade(r, dz_threshold=dz_threshold, mode=mode)
     if json_out:
         fmt.json_line(out)
@@ -587,7 +596,7 @@ def patch(
     """Patch clean activations into a z-corrupted run: which layer and position carry z."""
     from selector_lens.analysis.patching import patch_series
 
-    r = _open_run(run)
+    r = _open_run(run, "patch")
     steps = [s for _, s in _steps(r, step, phase, every)]
     df = patch_series(r, site, steps, n_examples=examples)
     if json_out:
@@ -641,7 +650,7 @@ def landscape(
     """Hessian λmax / λmin and the gradient-noise share along the top curvature directions."""
     from selector_lens.analysis.landscape import landscape as measure
 
-    r = _open_run(run)
+    r = _open_run(run, "landscape")
     labelled = _steps(r, step, phase, every)
     paper = {} if estimator == "lanczos" else {"estimator": estimator}
     df = measure(
@@ -703,7 +712,7 @@ def analyze(
     routing head, head ablations at pre / mid / post, patching, logit lens, attention explorer."""
     from selector_lens.analysis.tables import analyze as run_analyze
 
-    r = _open_run(run)
+    r = _open_run(run, "analyze")
     seconds = run_analyze(r, recompute=recompute)
     if json_out:
         fmt.json_line({"run": str(r.path), "seconds": seconds})
@@ -746,7 +755,7 @@ def dashboard(
         path = sweep_dashboard(sweep, output)
     else:
         path = run_dashboard(
-            _open_run(run),
+            _open_run(run, "dashboard"),
             output,
             ablation=ablation,
             patch_steps=patch_steps,
@@ -1034,7 +1043,7 @@ def prune(
     json_out: JsonOpt = False,
 ):
     """Thin a run's checkpoints, keeping every one in the dense window around τ."""
-    r = _open_run(run)
+    r = _open_run(run, "prune")
     plan = r.prune((window_start, window_end), thin_every, dry_run=not yes)
     if json_out:
         fmt.json_line(plan)

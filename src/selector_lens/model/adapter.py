@@ -18,11 +18,10 @@ from selector_lens.config import ModelConfig
 from selector_lens.errors import SelectorLensError
 from selector_lens.files import atomic_write
 from selector_lens.task.paper import MODEL_SEED, N_CTX
-from selector_lens.task.selector import SelectorTask
-from selector_lens.task.vocab import D_VOCAB
+from selector_lens.task.protocol import Task
 
 
-def build_model(cfg: ModelConfig, task: SelectorTask, seed: int = 42, device: str = "cpu"):
+def build_model(cfg: ModelConfig, task: Task, seed: int = 42, device: str = "cpu"):
     """A freshly initialised HookedTransformer, the same for the same seed."""
     import warnings
 
@@ -34,11 +33,11 @@ def build_model(cfg: ModelConfig, task: SelectorTask, seed: int = 42, device: st
     return model.to(device, print_details=False)
 
 
-def hooked_config(cfg: ModelConfig, task: SelectorTask, seed: int, device: str = "cpu"):
+def hooked_config(cfg: ModelConfig, task: Task, seed: int, device: str = "cpu"):
     """The TransformerLens config of `cfg` for `task` (the paper's factory: n_ctx 32, seed 42)."""
     from transformer_lens import HookedTransformerConfig  # lazily: slow import
 
-    if task.parity == "paper":  # the paper's model factory: n_ctx 32 and seed 42, always
+    if getattr(task, "parity", None) == "paper":  # the paper's factory: n_ctx 32, seed 42
         n_ctx, seed = cfg.n_ctx or N_CTX, MODEL_SEED
     else:
         n_ctx = cfg.n_ctx or max(16, task.seq_len)
@@ -50,11 +49,12 @@ def hooked_config(cfg: ModelConfig, task: SelectorTask, seed: int, device: str =
         d_model=cfg.d_model,
         d_head=cfg.d_head,
         d_mlp=cfg.d_mlp,
+        attn_only=cfg.attn_only,
         act_fn=cfg.act_fn,
         normalization_type=cfg.normalization_type,
         positional_embedding_type="standard",
         n_ctx=n_ctx,
-        d_vocab=D_VOCAB,
+        d_vocab=task.d_vocab,
         seed=seed,
         device=device,
     )
@@ -62,7 +62,7 @@ def hooked_config(cfg: ModelConfig, task: SelectorTask, seed: int, device: str =
 
 # Fields added after checkpoints were first written, at the value that reproduces the old
 # behaviour: left out of the hash, so those checkpoints still belong to their runs.
-LATER_FIELDS = {"parity": "ours", "z_groups": 1}
+LATER_FIELDS = {"parity": "ours", "z_groups": 1, "attn_only": False}
 
 
 def config_hash(*configs) -> str:

@@ -85,7 +85,6 @@ def supports(model) -> bool:
         c.normalization_type in ("LN", None)
         and c.positional_embedding_type == "standard"
         and c.act_fn in ACTS
-        and not c.attn_only
         and not c.gated_mlp
         and c.attention_dir == "causal"
         and c.n_key_value_heads in (None, c.n_heads)
@@ -262,6 +261,8 @@ def forward(
             z = z if out is None else out
         W_O = _stack(a, lambda t: t.W_O.reshape(H * dh, d))
         x = x + _linear(z.reshape(M, B, x.shape[2], H * dh), W_O, _stack(a, lambda t: t.b_O))
+        if cfg.attn_only:  # no MLP (and no LN2) in the block
+            continue
         w2 = _stack(blk, lambda b: b.ln2.w) if ln else None
         b2 = _stack(blk, lambda b: b.ln2.b) if ln else None
         h = _norm(x, w2, b2, cfg.eps)

@@ -105,10 +105,13 @@ def publish(root, dest, scale: str | None = None, output=None) -> dict:
         _check_parent_kept(run, dest)
     for run in finished:
         publish_run(run, dest / "runs" / run.path.name)
-    branches = root / "branches"  # the studies' branches of some runs, in the same tree shape
-    for path in sorted(branches.rglob(rundir.RUN_JSON)) if branches.is_dir() else []:
-        if rundir.is_done(path.parent):
-            publish_run(Run.open(path.parent), dest / path.parent.relative_to(root))
+    # the studies' branches of some runs, in the same tree shape, and the branch points they
+    # start from where a parent was trained again up to one (`branch-points/`: their lineage)
+    for kind in ("branches", "branch-points"):
+        where = root / kind
+        for path in sorted(where.rglob(rundir.RUN_JSON)) if where.is_dir() else []:
+            if rundir.is_done(path.parent):
+                publish_run(Run.open(path.parent), dest / path.parent.relative_to(root))
     write_json(dest / SUMS, sha256_sums(dest, PUBLISHED))  # what `reproduce --from` checks
     if scale is None:
         scale = (

@@ -183,14 +183,12 @@ class Run:
     def task_data(self):
         """The exact dataset from data.json; a published run (which leaves it out) regenerates it
         from its config, which is deterministic."""
-        from selector_lens.task.data import TaskData
-
         if (
             not (self.path / rundir.DATA_JSON).is_file()
             and (self.path / rundir.METRICS_PACKED).is_file()
         ):
             return self.config.task.generate()
-        return TaskData.from_strings(self.config.task, **read_json(self.path / rundir.DATA_JSON))
+        return self.config.task.load(read_json(self.path / rundir.DATA_JSON))
 
     @property
     def config_hash(self) -> str:
@@ -227,16 +225,12 @@ class Run:
         return self.ckpt_dir.is_dir()
 
     def tau(self, threshold: float = 0.5) -> int | None:
-        """First eval step with candidate loss < threshold x log K (None: no transition yet)."""
-        from selector_lens.runs.transition import tau
-
-        rows = [r for r in self.metric_rows() if r.get("candidate_loss") is not None]
-        return tau(
-            [r["step"] for r in rows],
-            [r["candidate_loss"] for r in rows],
-            self.config.task.log_k,
-            threshold,
-        )
+        """The task's transition step (the selector's τ: the first eval with candidate loss <
+        threshold x log K); None: no transition yet."""
+        task = self.config.task
+        if threshold != 0.5:  # the selector's τ at another line
+            return task.transition(self.metric_rows(), threshold)
+        return task.transition(self.metric_rows())
 
     def require_tau(self, consequence: str, threshold: float = 0.5) -> int:
         """τ, or one clear error saying the run has not transitioned and what follows from it."""
@@ -249,12 +243,9 @@ class Run:
 
     def eval_set(self):
         """The run's own evaluation set: the groups recorded in run.json (else drawn as in training)."""
-        from selector_lens.task.eval_set import make_eval_set
-
         groups = self.info.get("eval_groups")
-        return make_eval_set(
-            self.task_data, self.config.eval_groups, seed=self.config.seed, groups=groups
-        )
+        cfg = self.config
+        return cfg.task.eval_set(self.task_data, cfg.seed, groups, eval_groups=cfg.eval_groups)
 
     # --- step selection --------------------------------------------------------------------
     def nearest_step(self, target: float) -> int:

@@ -25,7 +25,7 @@ MANIFEST = (
     "checkpoints.json"  # a published run's record of the weights it left out: step -> checksum
 )
 SUMS = "sha256sums.json"  # a published folder's record of its runs' files (`publish`)
-PUBLISHED = ("runs", "branches")  # a published folder's runs, and the branches of some of them
+PUBLISHED = ("runs", "branches", "branch-points")  # runs, branches of some, their branch points
 
 
 def checkpoint_checksum(path: Path) -> str | None:

@@ -284,3 +284,16 @@ def fraction_time(rows: list[dict], fraction: float, key: str = "first_target_lo
     eval with `key` below `fraction` x its value at the first eval (step 0)."""
     start = next((r[key] for r in rows if r.get(key) is not None), None)
     return None if start is None else first_below(rows, key, fraction * start)
+
+
+def task_summary(task, rows: list[dict]) -> dict:
+    """The end-of-run summary: the selector's (`summarize`: plateau height over log K, τ by both
+    definitions); any other task's transition step (`Task.transition`) and its last row's
+    metrics (`final_<metric>`)."""
+    if hasattr(task, "log_k") and getattr(task, "name", None) == "selector":
+        return summarize(rows, task.log_k)
+    last = rows[-1] if rows else {}
+    out = {"tau": task.transition(rows), "tau_definition": type(task).transition.__doc__ or ""}
+    out["final_step"] = last.get("step")
+    out.update({f"final_{m}": last.get(m) for m in task.metrics})
+    return out

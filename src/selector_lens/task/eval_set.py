@@ -4,6 +4,7 @@ each example's candidates and a z-deranged copy of its prefix (docs/science.md s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -12,7 +13,9 @@ from torch import Tensor
 
 from selector_lens.errors import SelectorLensError
 from selector_lens.task.data import TaskData
-from selector_lens.task.selector import SelectorTask
+
+if TYPE_CHECKING:  # the task makes its eval set (`SelectorTask.eval_set`): no import back
+    from selector_lens.task.selector import SelectorTask
 
 # 100 groups (1,000 examples at K=10): exact scoring of all K candidates costs ~0.15 of the
 # FLOPs of the 50 training steps between evals; 200 groups would cost 0.30 (benchmarks/).

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from selector_lens.errors import SelectorLensError
 from selector_lens.fields import check_fields, option
-from selector_lens.task.vocab import ALPHABET
+from selector_lens.task.vocab import ALPHABET, D_VOCAB
 
 if TYPE_CHECKING:
     from selector_lens.task.data import TaskData
 
 DIRECTIONS = ("bz_to_a", "b_to_a", "a_to_b", "az_to_b")
+LAG_FRAC = 0.1  # the paper's lag rule: first-target loss below 0.1 x its step-0 value
 PARITIES = ("ours", "paper")
 
 
@@ -54,6 +55,20 @@ class SelectorTask:
         "string for string (task/paper.py).",
         PARITIES,
     )
+
+    name: ClassVar[str] = "selector"
+    positions: ClassVar[dict[str, str]] = {
+        "z": "from the position that predicts the first target (a1) to the selector z",
+    }
+    metrics: ClassVar[dict[str, str]] = {
+        "loss": "loss on the target tokens and EOS (nats)",
+        "first_target_loss": "loss on the first target token (nats)",
+        "token_acc": "accuracy on the target tokens and EOS (share)",
+        "candidate_loss": "-log P(true target) among the K candidates (nats; log K on the plateau)",
+        "candidate_acc": "share of examples whose true target is the likeliest candidate",
+        "dz": "first-target loss with z deranged minus clean (nats)",
+        "attn_to_z": "attention from the a1-predicting position to z, per layer and head",
+    }
 
     def __post_init__(self):
         check_fields(self)
@@ -149,6 +164,49 @@ class SelectorTask:
     def first_target_pos(self) -> int:
         """The position whose logits predict the first target token (a1 for bz_to_a: 10)."""
         return self.source_length - 1
+
+    # --- the task protocol (task/protocol.py) ---------------------------------------------
+    @property
+    def d_vocab(self) -> int:
+        return D_VOCAB
+
+    @property
+    def loss_start(self) -> int:
+        return self.first_target_pos
+
+    def load(self, stored: dict) -> TaskData:
+        from selector_lens.task.data import TaskData  # lazily: torch
+
+        return TaskData.from_strings(self, **stored)
+
+    def eval_set(self, data: TaskData, seed: int, groups=None, eval_groups="auto"):
+        from selector_lens.task.eval_set import make_eval_set
+
+        return make_eval_set(data, eval_groups, seed=seed, groups=groups)
+
+    # evaluate: the model wing's cached passes (`model.metrics.evaluate`, by `model.evaluation`)
+
+    def transition(self, rows: list[dict], threshold: float = 0.5) -> int | None:
+        """τ: the first evaluation with candidate loss < `threshold` x log K (K = 1: None)."""
+        if self.k == 1:
+            return None
+        line = threshold * self.log_k
+        losses = ((r["step"], r.get("candidate_loss")) for r in rows)
+        return next((step for step, c in losses if c is not None and c < line), None)
+
+    def solved(self, row: dict, first: dict, cfg=None) -> bool:
+        """Past the early-stop line (TrainConfig's early_stop_frac / early_stop_acc)."""
+        frac = cfg.early_stop_frac if cfg is not None else 0.05
+        if cfg is not None and cfg.early_stop_acc is not None:
+            return (
+                row["token_acc"] >= cfg.early_stop_acc
+                and row["first_target_loss"] < LAG_FRAC * first["first_target_loss"]
+            )
+        if self.direction == "b_to_a":
+            return False
+        if self.has_candidates:
+            return self.k > 1 and row["candidate_loss"] < frac * self.log_k
+        return row["loss"] < frac
 
     def generate(self) -> TaskData:
         """Sample the strings from `seed` and build the tensors (parity "paper": the paper's

@@ -21,10 +21,9 @@ from selector_lens.errors import SelectorLensError
 from selector_lens.files import atomic_write, atomic_write_text
 from selector_lens.model import fused
 from selector_lens.model.adapter import build_model, config_hash, save_weights, tensors_checksum
-from selector_lens.model.metrics import evaluate
 from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
-from selector_lens.runs.transition import summarize
+from selector_lens.runs.transition import task_summary
 from selector_lens.task.order import BatchOrder
 from selector_lens.training.noise import NoiseScale
 from selector_lens.training.trackers import check_tracker, open_tracker
@@ -42,7 +41,7 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     """Learning rate for optimizer step `step` (1-based): linear warmup, then constant or a cosine
     to 0 at `cosine_steps` (default: `steps`). Parity "paper": the same schedule as the paper
     code's LambdaLR computes it (`task.paper.schedule_factor`)."""
-    if cfg.task.parity == "paper":
+    if getattr(cfg.task, "parity", None) == "paper":
         from selector_lens.task.paper import schedule_factor
 
         return cfg.lr * schedule_factor(cfg, step)
@@ -119,22 +118,16 @@ def train_step(
     return losses.detach()
 
 
-LAG_FRAC = 0.1  # the paper's lag rule: first-target loss below 0.1 x its step-0 value
+def evaluate(model, eval_set, intervention=None, task=None) -> dict:
+    """One evaluation row of `task` (default: the set's): `model.evaluation.evaluate`."""
+    from selector_lens.model.evaluation import evaluate as task_evaluate
+
+    return task_evaluate(task if task is not None else eval_set.task, model, eval_set, intervention)
 
 
 def solved(cfg: TrainConfig, row: dict, first: dict) -> bool:
-    """Is this eval below the early-stop line (see TrainConfig)? `first`: the step-0 row."""
-    task = cfg.task
-    if cfg.early_stop_acc is not None:
-        return (
-            row["token_acc"] >= cfg.early_stop_acc
-            and row["first_target_loss"] < LAG_FRAC * first["first_target_loss"]
-        )
-    if task.direction == "b_to_a":
-        return False
-    if task.has_candidates:
-        return task.k > 1 and row["candidate_loss"] < cfg.early_stop_frac * task.log_k
-    return row["loss"] < cfg.early_stop_frac
+    """Is this eval below the early-stop line (the task's `solved`)? `first`: the step-0 row."""
+    return cfg.task.solved(row, first, cfg)
 
 
 def _prepare(cfg: TrainConfig, out: Path, resume: bool, restart: bool) -> tuple[Run, bool]:
@@ -310,7 +303,7 @@ def batch_key(cfg: TrainConfig) -> tuple:
     return (
         cfg.model,
         cfg.task.seq_len,
-        cfg.task.first_target_pos,
+        cfg.task.loss_start,
         cfg.batch_size,
         cfg.grad_clip,
         cfg.device,
@@ -357,7 +350,7 @@ def train_many(
     try:
         for c, o in zip(cfgs, outs):
             states.append(_RunState(c, o, resume, progress and len(cfgs) == 1, restart, log))
-        first, clip = cfgs[0].task.first_target_pos, cfgs[0].grad_clip
+        first, clip = cfgs[0].task.loss_start, cfgs[0].grad_clip
         active = [s for s in states if not s.done]
         with _CtrlC() as ctrl_c:
             _loop(active, first, clip, ctrl_c)
@@ -464,7 +457,7 @@ class _RunState:
         self.model = build_model(cfg.model, self.task, cfg.seed, device)
         self.opt = make_optimizer(cfg, self.model.parameters())
         self.eval_set = self.run.eval_set()  # a resumed run keeps the groups it recorded
-        if self.task.parity == "paper":
+        if getattr(self.task, "parity", None) == "paper":
             from selector_lens.model.adapter import rng_after_init
             from selector_lens.task.paper import PaperBatchOrder
 
@@ -514,7 +507,9 @@ class _RunState:
         self.tracker = open_tracker(log, self.run, cfg.options())
         self.t0 = time.perf_counter() - elapsed
         if not has_state:  # a state at step 0 already holds step 0's row and checkpoint
-            rundir.update(out, eval_groups=self.eval_set.groups.tolist())
+            groups = getattr(self.eval_set, "groups", None)  # the selector's evaluated groups
+            if groups is not None:
+                rundir.update(out, eval_groups=groups.tolist())
             self.evaluate(0)
             self.checkpoint(0)
         self.bar = _Progress(cfg, self.step) if progress else None
@@ -571,7 +566,7 @@ class _RunState:
 
     def loss_of(self, model, batch: torch.Tensor) -> torch.Tensor:
         """The training loss of `model` on `batch` [batch, pos] (the branch's ablated heads on)."""
-        return target_losses([model], batch.unsqueeze(0), self.task.first_target_pos, self.hooks)[0]
+        return target_losses([model], batch.unsqueeze(0), self.task.loss_start, self.hooks)[0]
 
     def after_step(self, loss: torch.Tensor) -> None:
         cfg, step = self.cfg, self.step
@@ -596,7 +591,7 @@ class _RunState:
             "examples_seen": self.order.examples_seen(step),
             "lr": lr_at(self.cfg, max(step, 1)),
         }
-        row.update(evaluate(self.model, self.eval_set, intervention=self.ablation))
+        row.update(evaluate(self.model, self.eval_set, intervention=self.ablation, task=self.task))
         if self.noise and step > 0:
             row.update(self.noise.row())
         if not math.isfinite(row["loss"]):  # diverged: a NaN row would poison every summary
@@ -646,7 +641,7 @@ class _RunState:
 
     def finish(self) -> Run:
         summary = {
-            **summarize(self.rows, self.task.log_k),
+            **task_summary(self.task, self.rows),
             "wall_time_s": time.perf_counter() - self.t0,
         }
         rundir.finish(self.out, self.stopped, summary)
@@ -665,7 +660,7 @@ class _Progress:
             TimeRemainingColumn,
         )
 
-        self.log_k = cfg.task.log_k
+        self.log_k = getattr(cfg.task, "log_k", None)  # the selector's candidate loss
         self.p = Progress(
             TextColumn("[bold]train"),
             BarColumn(),

@@ -327,3 +327,66 @@ def timescale_vs_tau(rows: list[dict], rho: float | None) -> go.Figure:
         yaxis_type="log",
     )
     return fig
+
+
+def noise_only_times(rows: list[dict], parent: str, tau: int) -> go.Figure:
+    """The noise-only study's summary (`studies.interventions.summary` by noise scale): steps
+    left to τ per C, mean over seeds with the range as error bars (a C where no seed escaped at
+    0, its count in the hover), and beside it, on a second axis, the mean step down ḡ (`drift`),
+    so a longer wait can be read against a slower pace."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    done = [r for r in rows if r["remaining"] is not None]
+    fig.add_scatter(
+        x=[r["noise_scale"] for r in done],
+        y=[r["remaining"] for r in done],
+        error_y={
+            "type": "data",
+            "array": [r["remaining_range"][1] - r["remaining"] for r in done],
+            "arrayminus": [r["remaining"] - r["remaining_range"][0] for r in done],
+        },
+        mode="lines+markers",
+        name="steps left to τ (mean, range over seeds)",
+        text=[f"{r['escaped']}/{r['seeds']} escaped" for r in done],
+        hovertemplate="C = %{x}: %{y} steps (%{text})<extra></extra>",
+    )
+    paced = [r for r in rows if r.get("drift") is not None]
+    fig.add_scatter(
+        x=[r["noise_scale"] for r in paced],
+        y=[r["drift"] for r in paced],
+        mode="markers",
+        marker_symbol="diamond-open",
+        name="step down the mean gradient ḡ (mean per step)",
+        secondary_y=True,
+    )
+    fig.update_layout(title=f"Noise-only branches of {parent} (τ {tau}): the wait by noise scale C")
+    fig.update_xaxes(title_text="noise scale C (0: full batch, 1: the ordinary step)")
+    fig.update_yaxes(title_text="steps from the branch to τ", secondary_y=False)
+    fig.update_yaxes(title_text="-Δθ·ḡ / |ḡ| per step", secondary_y=True)
+    return fig
+
+
+def tau_per_k(rows: list[dict]) -> go.Figure:
+    """Claim 2's shape: per K at n_bases = 1000 (`studies.sweeps.per_k`), our τ over the paper's
+    published τ at the same D, the mean over seeds with their range; 1 is agreement. A ratio that
+    climbs with K is what makes our α_D larger than the paper's."""
+    fig = go.Figure()
+    fig.add_scatter(
+        x=[r["k"] for r in rows],
+        y=[r["ratio"] for r in rows],
+        error_y={
+            "type": "data",
+            "array": [r["ratio_range"][1] - r["ratio"] for r in rows],
+            "arrayminus": [r["ratio"] - r["ratio_range"][0] for r in rows],
+        },
+        mode="lines+markers",
+        name="our τ / the paper's (mean over seeds, range)",
+        text=[f"ours {r['tau']:.0f} ({r['seeds']} seeds), paper {r['paper_tau']}" for r in rows],
+        hovertemplate="K = %{x}: %{y:.2f} (%{text})<extra></extra>",
+    )
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="agreement")
+    fig.update_layout(
+        title="τ per K at n_bases = 1000: ours over the paper's published point",
+        xaxis_title="K (D = 1000 K)",
+        yaxis_title="τ ours / τ paper",
+    )
+    return fig

@@ -26,13 +26,26 @@ def trained_like(cfg: sl.ModelConfig, seed: int):
 
 
 @pytest.mark.parametrize(
-    "act_fn,norm", [("gelu", "LN"), ("gelu_new", "LN"), ("relu", None), ("silu", "LN")]
+    "act_fn,norm,attn_only",
+    [
+        ("gelu", "LN", False),
+        ("gelu_new", "LN", False),
+        ("relu", None, False),
+        ("silu", "LN", False),
+        ("gelu", "LN", True),  # attention only: no MLP, no LN2 (the induction-head models)
+        ("gelu", None, True),
+    ],
 )
-def test_fused_forward_equals_hooked_transformer(act_fn, norm):
-    model = trained_like(sl.ModelConfig(n_layers=2, act_fn=act_fn, normalization_type=norm), 1)
+def test_fused_forward_equals_hooked_transformer(act_fn, norm, attn_only):
+    cfg = sl.ModelConfig(n_layers=2, act_fn=act_fn, normalization_type=norm, attn_only=attn_only)
+    model = trained_like(cfg, 1)
+    assert model.cfg.attn_only == attn_only and hasattr(model.blocks[0], "mlp") != attn_only
     x = TASK.generate().tokens
     assert fused.supports(model)
     torch.testing.assert_close(fused.forward(model, x), model(x), atol=1e-5, rtol=1e-5)
+    first = TASK.first_target_pos  # and the training path's trimmed last block
+    got = fused.forward(model, x, positions=slice(first, -1))
+    torch.testing.assert_close(got, model(x)[:, first:-1], atol=1e-5, rtol=1e-5)
 
 
 def test_the_last_block_at_the_unembedded_positions_alone_gives_the_same_logits():

@@ -35,6 +35,33 @@ TAU_DEFINITIONS = {  # run_table's column: what it times (the paper's code uses 
 }
 
 
+def per_k(table, points: dict = PAPER_TAU_VS_D, n_bases: int = 1000) -> list[dict]:
+    """τ per K at `n_bases` beside the paper's published point at the same D (D = n_bases x K):
+    ours the mean over seeds (each run once) with its range, and ours / the paper's. A K the
+    paper has no point for, or we no run for, is left out."""
+    runs = table[(table.n_bases == n_bases)].drop_duplicates("run")
+    out = []
+    for d, theirs in zip(points["D"], points["tau"]):
+        here = runs[(runs.k * n_bases == d)]
+        taus = [float(t) for t in here.tau if t == t and t is not None]
+        if not taus:
+            continue
+        mean = sum(taus) / len(taus)
+        out.append(
+            {
+                "k": d // n_bases,
+                "D": d,
+                "paper_tau": theirs,
+                "tau": mean,
+                "tau_range": [min(taus), max(taus)],
+                "seeds": len(taus),
+                "ratio": mean / theirs,
+                "ratio_range": [min(taus) / theirs, max(taus) / theirs],
+            }
+        )
+    return out
+
+
 def _d_fits(table, column: str, paper_fit: dict) -> tuple[dict, dict | None]:
     """τ vs D with τ from `column` (`scaling_fits`), α's difference from the paper's, and the
     τ-vs-D fit with its bootstrap draws (for the figure's band); None below two D."""
@@ -92,8 +119,11 @@ def scaling(setup: Setup) -> Study:
         "tau_vs_D_points": [
             [int(r.D), int(r.tau), int(r.k)] for r in d_table[d_table.tau.notna()].itertuples()
         ],
+        "per_k": per_k(table),
     }
     figs = [tau_vs_d(d_table, band["tau"], PAPER_TAU_VS_D), tau_vs_k(k_table)]
+    if result["per_k"]:
+        figs.append(study_figures.tau_per_k(result["per_k"]))
     _save(out, "scaling", result)
     diff = fits.get("difference")
     k_cis = [k["alpha_ci"] for k in fits["tau_vs_K"].values()]
@@ -137,6 +167,13 @@ def _scaling_sentence(result: dict, by_definition: dict) -> str:
                 f"β_K at D={dd} = {k['alpha']:.2f} [{k['alpha_ci'][0]:.2f}, {k['alpha_ci'][1]:.2f}]"
                 for dd, k in f["tau_vs_K"].items()
             )
+        )
+    if result.get("per_k"):
+        rows = result["per_k"]
+        parts.append(
+            "τ per K at n_bases = 1000, ours (mean over seeds) / the paper's published point: "
+            + ", ".join(f"K = {r['k']} {r['ratio']:.2f}" for r in rows)
+            + " (where α's difference from the paper's comes from: the ratio's trend in K)"
         )
     s42 = result["fits_seed_42"].get("tau_vs_D")
     if s42:

@@ -1,0 +1,195 @@
+"""Induction heads (Olsson et al. 2022, "In-context learning and induction heads"): sequences of
+random tokens in which a segment reappears later, at an offset that varies from sequence to
+sequence.
+
+The repeat's tokens after its first are predictable only in context: a previous-token head in
+layer 0 writes each position's predecessor into it, and an induction head in layer 1 attends from
+a repeated token to the token after its earlier copy and copies it. The phase change: the loss on
+those tokens drops suddenly while the loss on the others (random) stays at log(vocab). The offset
+must vary: with a fixed one a single layer-0 head solves the task by position alone.
+
+Metrics: the loss on the repeat's predictable tokens and on the rest, the in-context-learning
+score (loss on the last quarter of the positions minus the first quarter: later positions are
+more often inside the repeat), and per head the previous-token score (attention from a position
+to the one before) and the induction score (attention from a repeated token to the token after
+its earlier copy). No torch at import: the CLI reads this module for its options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import ClassVar
+
+import numpy as np
+
+from selector_lens.errors import SelectorLensError
+from selector_lens.fields import check_fields, option
+from selector_lens.lazy import lazy_module
+
+torch = lazy_module("torch")
+
+BOS = 0
+EVAL_SEQUENCES = 512
+
+
+@dataclass(frozen=True)
+class InductionTask:
+    """Random tokens 1..vocab after BOS, a segment of them repeated at a random later offset."""
+
+    vocab: int = option(64, "Random tokens (1..vocab; token 0 is BOS).")
+    length: int = option(32, "Tokens per sequence, BOS included.")
+    segment: int = option(8, "Tokens of the repeated segment.")
+    n_sequences: int = option(20_000, "Training sequences.")
+    seed: int = option(42, "Seed of the sampled sequences.")
+
+    name: ClassVar[str] = "induction"
+    metrics: ClassVar[dict[str, str]] = {
+        "loss": "next-token loss over every position (nats)",
+        "repeat_loss": "loss on the repeat's predictable tokens (nats; log vocab before)",
+        "other_loss": "loss on every other token (nats; log vocab: they are random)",
+        "icl_score": "loss on the last quarter of positions minus the first quarter (nats)",
+        "prev_token_score": "attention from a position to the one before, per layer and head",
+        "induction_score": "attention from a repeated token to the token after its earlier "
+        "copy, per layer and head",
+    }
+
+    def __post_init__(self):
+        check_fields(self)
+        if self.vocab < 2 or self.segment < 2 or self.n_sequences < 1 or self.seed < 0:
+            raise SelectorLensError("vocab and segment must be >= 2, n_sequences >= 1, seed >= 0")
+        if self.length < 2 * self.segment + 2:
+            raise SelectorLensError(
+                f"length {self.length} leaves no room for a segment of {self.segment} and its "
+                f"repeat after BOS: give length >= {2 * self.segment + 2}"
+            )
+
+    @property
+    def d_vocab(self) -> int:
+        return self.vocab + 1
+
+    @property
+    def seq_len(self) -> int:
+        return self.length
+
+    @property
+    def loss_start(self) -> int:
+        return 0  # every next-token prediction
+
+    @property
+    def n_examples(self) -> int:
+        return self.n_sequences
+
+    positions: ClassVar[dict[str, str]] = {
+        "prev_token": "from each position to the one before",
+        "induction": "from a repeated token to the token after its earlier copy",
+    }
+
+    def sample(self, n: int, seed: int) -> InductionData:
+        """`n` sequences: random tokens, a segment starting at `first` repeated at `second`
+        (first + segment <= second; both uniform over what fits)."""
+        rng = np.random.default_rng(seed)
+        L, S = self.length, self.segment
+        tokens = rng.integers(1, self.vocab + 1, size=(n, L))
+        tokens[:, 0] = BOS
+        first = rng.integers(1, L - 2 * S + 1, size=n)  # 1 .. L - 2S
+        second = first + S + (rng.random(n) * (L - S - (first + S) + 1)).astype(int)
+        for i in range(n):
+            tokens[i, second[i] : second[i] + S] = tokens[i, first[i] : first[i] + S]
+        return InductionData(self, tokens.tolist(), first.tolist(), second.tolist())
+
+    def generate(self) -> InductionData:
+        return self.sample(self.n_sequences, self.seed)
+
+    def load(self, stored: dict) -> InductionData:
+        try:
+            data = InductionData(self, stored["tokens"], stored["first"], stored["second"])
+        except (KeyError, TypeError):
+            raise SelectorLensError("data.json does not hold this task's sequences") from None
+        if len(data.rows) != self.n_sequences:
+            raise SelectorLensError("data.json does not hold this task's sequences")
+        return data
+
+    def eval_set(self, data, seed: int = 0, groups=None, eval_groups=None) -> InductionData:
+        """A fixed set of fresh sequences, apart from the training ones (its own seed)."""
+        return self.sample(EVAL_SEQUENCES, self.seed * 7_919 + 1_000_003)
+
+    def evaluate(self, model, es: InductionData, intervention=None) -> dict:
+        """The losses, the in-context-learning score and both attention scores per head."""
+        tokens, predictable = es.tokens, es.predictable
+        n, L = tokens.shape
+        patterns = {}
+
+        def keep(pattern, hook):
+            patterns[hook.layer()] = pattern
+
+        with torch.inference_mode():
+            hooks = intervention.hooks(torch.arange(n), 0) if intervention else []
+            names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.cfg.n_layers)]
+            logits = model.run_with_hooks(tokens, fwd_hooks=[*hooks, *((h, keep) for h in names)])
+            losses = torch.nn.functional.cross_entropy(
+                logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none"
+            ).view(n, L - 1)
+            q = max(1, (L - 1) // 4)
+            rows = torch.arange(n)
+            prev, induction = [], []
+            for layer in range(model.cfg.n_layers):
+                p = patterns[layer]  # [n, head, query, key]
+                diag = p.diagonal(offset=-1, dim1=2, dim2=3)  # query i to key i - 1
+                prev.append(diag.mean((0, 2)).tolist())
+                qs, ks = es.induction_pairs
+                induction.append(p[rows[:, None], :, qs, ks].mean((0, 1)).tolist())
+            return {
+                "loss": float(losses.mean()),
+                "repeat_loss": float(losses[predictable].mean()),
+                "other_loss": float(losses[~predictable].mean()),
+                "icl_score": float(losses[:, -q:].mean() - losses[:, :q].mean()),
+                "prev_token_score": prev,
+                "induction_score": induction,
+            }
+
+    def transition(self, rows: list[dict]) -> int | None:
+        """The phase change: the first evaluation whose repeat loss is below half its first."""
+        if not rows:
+            return None
+        start = rows[0]["repeat_loss"]
+        return next((r["step"] for r in rows if r["repeat_loss"] < 0.5 * start), None)
+
+    def solved(self, row: dict, first: dict, cfg=None) -> bool:
+        """Past the early-stop line: the repeat loss below early_stop_frac x its first value."""
+        frac = cfg.early_stop_frac if cfg is not None else 0.05
+        return row["repeat_loss"] < frac * first["repeat_loss"]
+
+
+class InductionData:
+    """Sequences of an `InductionTask` with where each one's segment and its repeat start."""
+
+    def __init__(self, task: InductionTask, rows, first, second):
+        self.task, self.rows = task, [list(r) for r in rows]
+        self.first, self.second = list(first), list(second)
+
+    @cached_property
+    def tokens(self) -> torch.Tensor:
+        return torch.tensor(self.rows, dtype=torch.long)
+
+    @cached_property
+    def predictable(self) -> torch.Tensor:
+        """Over predictions [n, length - 1]: True where the next token is one of the repeat's
+        after its first (positions second .. second + segment - 2 predict them)."""
+        n, S = len(self.rows), self.task.segment
+        mask = torch.zeros(n, self.task.length - 1, dtype=torch.bool)
+        for i, b in enumerate(self.second):
+            mask[i, b : b + S - 1] = True
+        return mask
+
+    @cached_property
+    def induction_pairs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(query, key) positions [n, segment - 1]: each repeated token (but the last) and the
+        token after its earlier copy."""
+        j = torch.arange(self.task.segment - 1)
+        second = torch.tensor(self.second)[:, None]
+        first = torch.tensor(self.first)[:, None]
+        return second + j, first + j + 1
+
+    def to_json(self) -> dict:
+        return {"tokens": self.rows, "first": self.first, "second": self.second}
