@@ -23,8 +23,8 @@ demo: $(STAMP)
 	@echo "open checkpoints/demo/dashboard.html: the loss sits at log K, then drops once z is used"
 
 test: $(STAMP)
-	$(PY) -m ruff format --check src tests benchmarks analyses tools
-	$(PY) -m ruff check src tests benchmarks analyses tools
+	$(PY) -m ruff format --check src tests benchmarks analyses tools examples
+	$(PY) -m ruff check src tests benchmarks analyses tools examples
 	$(PY) -m pytest -q
 	$(PY) -m pytest -q --nbmake notebooks   # every notebook runs, top to bottom (~35 s)
 

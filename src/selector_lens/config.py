@@ -328,7 +328,8 @@ def from_options(options: dict) -> TrainConfig:
                 f"the {kind.name} task"
             )
         parts[o.section][o.field] = checked(name, value, o.type)
-    parts["task"].setdefault("seed", parts["train"].get("seed", TrainConfig.seed))
+    if "seed" in {f.name for f in fields(kind)}:  # the dataset's seed follows --seed
+        parts["task"].setdefault("seed", parts["train"].get("seed", TrainConfig.seed))
     return TrainConfig(
         task=kind(**parts["task"]), model=ModelConfig(**parts["model"]), **parts["train"]
     )

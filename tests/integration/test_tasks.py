@@ -1,6 +1,8 @@
 """Training another task end to end: modular addition from the CLI and from Python, resumed
 exactly; an instrument that reads the selector's positions says so in one line."""
 
+from pathlib import Path
+
 import selector_lens as sl
 from selector_lens.task.modular import ModularTask
 from tests.helpers import cli, logged, train_until_killed
@@ -42,3 +44,43 @@ def test_a_killed_modular_run_resumes_exactly(tmp_path, monkeypatch):
     straight = sl.train(cfg, out=tmp_path / "s")
     assert logged(resumed) == logged(straight)
     assert resumed.tau() == straight.tau()  # the task's transition (None or a step)
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_task.py"
+
+
+def test_the_example_task_trains_from_its_file_and_reopens_anywhere(tmp_path):
+    r = cli("train", "--task", f"{EXAMPLE}:WindowSum", "--n-layers", "1", "--d-model", "32",
+            "--d-head", "16", "--d-mlp", "64", "--steps", "60", "--eval-every", "20",
+            "--lr", "3e-3", "--out", tmp_path / "w", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    run = sl.Run.open(tmp_path / "w")  # run.json names the file by its full path
+    assert run.info["config"]["task"]["name"] == f"{EXAMPLE}:WindowSum"
+    assert type(run.config.task).__name__ == "WindowSum" and run.config.task.seed == 42
+    rows = run.metric_rows()
+    assert [r["step"] for r in rows] == [0, 20, 40, 60]
+    assert set(rows[-1]) >= {"loss", "token_acc"}  # the toolkit's evaluation: it has none
+    assert rows[-1]["loss"] < rows[0]["loss"]
+    bad = cli("dashboard", "--run", tmp_path / "w", "-o", tmp_path / "w.html")
+    assert bad.returncode == 2 and "windowsum task" in bad.stderr
+    assert not (tmp_path / "w.html").exists()
+
+
+def test_a_branch_keeps_its_parents_task(tmp_path):
+    cfg = sl.TrainConfig(
+        task=ModularTask(p=7, train_frac=0.5),
+        model=sl.ModelConfig(n_layers=1, d_model=16, d_head=8, d_mlp=32, n_heads=2),
+        steps=40,
+        batch_size=24,
+        eval_every=10,
+        ckpt_every=10,
+        state_every=10,
+        early_stop=False,
+    )
+    parent = sl.train(cfg, out=tmp_path / "p")
+    same = sl.branch(parent, 20, tmp_path / "same")
+    assert same.config.task == parent.config.task
+    assert logged(same) == logged(parent)  # no change: the parent's steps, bit for bit
+    quiet = sl.branch(parent, 20, tmp_path / "quiet", noise_scale=0.0)
+    assert isinstance(quiet.config.task, ModularTask)
+    assert quiet.metric_rows()[-1]["noise_scale"] == 0.0

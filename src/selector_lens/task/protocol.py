@@ -30,6 +30,7 @@ and runs with the user's rights when loaded.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import sys
 from dataclasses import is_dataclass
@@ -137,10 +138,31 @@ def task_class(name: str) -> type:
     if cls is None:
         raise SelectorLensError(f"task {name!r}: {module_name} has no {attr}")
     cls = check_task_class(cls, name)
-    cls.source = name if name not in BUILT_IN else cls.name  # how run.json names it
+    if name not in BUILT_IN and module_name.endswith(".py"):  # by its full path: a run of it
+        cls.source = f"{Path(module_name).resolve()}:{attr}"  # opens from any directory
     return cls
 
 
 def task_name(task) -> str:
-    """How run.json names a task's class: its built-in name, or the path it was loaded from."""
-    return getattr(type(task), "source", None) or type(task).name
+    """How run.json names a task's class, so that `task_class` finds it again: its built-in
+    name, `package.module:Class` where that module imports, else `/full/path.py:Class`."""
+    cls = type(task)
+    if "source" in vars(cls):
+        return cls.source
+    if BUILT_IN.get(getattr(cls, "name", None)) == f"{cls.__module__}:{cls.__qualname__}":
+        return cls.name
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    try:  # importable from sys.path (not only registered by hand in sys.modules)?
+        name = cls.__module__
+        if "." in name:
+            spec = importlib.util.find_spec(name)
+        else:
+            spec = importlib.machinery.PathFinder.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin and path and Path(spec.origin) == Path(path):
+        return f"{cls.__module__}:{cls.__qualname__}"
+    if path is None:
+        raise SelectorLensError(f"task class {cls.__qualname__} has no file to load it from again")
+    return f"{Path(path).resolve()}:{cls.__qualname__}"

@@ -3,6 +3,7 @@ measure and the evaluation against hand-computed values; config round trips; loa
 task class and refusing one that does not implement the protocol."""
 
 import math
+import sys
 
 import pytest
 import torch
@@ -182,3 +183,21 @@ def test_induction_scores_are_the_attention_transformer_lens_caches():
             assert row["induction_score"][layer][head] == pytest.approx(
                 float(torch.stack(pairs).mean()), abs=1e-5
             )
+
+
+def test_a_task_class_made_in_python_is_named_so_that_it_loads_again(tmp_path):
+    import importlib.util
+
+    from selector_lens.task.protocol import task_name
+
+    assert task_name(ModularTask()) == "modular" and task_name(sl.SelectorTask()) == "selector"
+    (tmp_path / "mine.py").write_text(GOOD)
+    spec = importlib.util.spec_from_file_location("not_importable_mine", tmp_path / "mine.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["not_importable_mine"] = module  # as a module loaded by hand is registered
+    spec.loader.exec_module(module)
+    name = task_name(module.Mine(p=5))
+    assert name == f"{(tmp_path / 'mine.py').resolve()}:Mine"
+    cfg = TrainConfig(task=module.Mine(p=5))
+    again = TrainConfig.from_dict(cfg.to_dict())
+    assert again.task.p == 5 and type(again.task).__name__ == "Mine"
