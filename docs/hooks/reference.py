@@ -23,7 +23,7 @@ def on_page_markdown(markdown, page, config, files, **kw):
     import click
     import typer
 
-    from selector_lens.cli.commands import app
+    from selector_lens.cli import app
 
     root = typer.main.get_command(app)
     ctx = click.Context(root, info_name="selector-lens")

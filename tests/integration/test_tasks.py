@@ -12,6 +12,13 @@ MODULAR = ["--task", "modular", "--p", "11", "--train-frac", "0.5", "--n-layers"
            "--act-fn", "relu", "--weight-decay", "1.0", "--batch-size", "61", "--lr", "3e-3"]  # fmt: skip
 
 
+def tiny_modular(**kw) -> sl.TrainConfig:
+    """Modular addition mod 7 on half the pairs, a 1-layer model of seconds."""
+    model = sl.ModelConfig(n_layers=1, d_model=16, d_head=8, d_mlp=32, n_heads=2)
+    base = dict(steps=40, batch_size=24, eval_every=10, ckpt_every=10, early_stop=False)
+    return sl.TrainConfig(task=ModularTask(p=7, train_frac=0.5), model=model, **{**base, **kw})
+
+
 def test_modular_trains_from_the_cli_and_memorises_first(tmp_path):
     r = cli("train", *MODULAR, "--steps", "300", "--eval-every", "50", "--out", tmp_path / "m",
             "--json")  # fmt: skip
@@ -30,15 +37,7 @@ def test_modular_trains_from_the_cli_and_memorises_first(tmp_path):
 
 
 def test_a_killed_modular_run_resumes_exactly(tmp_path, monkeypatch):
-    cfg = sl.TrainConfig(
-        task=ModularTask(p=7, train_frac=0.5),
-        model=sl.ModelConfig(n_layers=1, d_model=16, d_head=8, d_mlp=32, n_heads=2),
-        steps=40,
-        batch_size=24,
-        eval_every=10,
-        ckpt_every=10,
-        early_stop=False,
-    )
+    cfg = tiny_modular()
     train_until_killed(cfg, tmp_path / "k", monkeypatch, evals=3)
     resumed = sl.train(cfg, out=tmp_path / "k", resume=True)
     straight = sl.train(cfg, out=tmp_path / "s")
@@ -67,16 +66,7 @@ def test_the_example_task_trains_from_its_file_and_reopens_anywhere(tmp_path):
 
 
 def test_a_branch_keeps_its_parents_task(tmp_path):
-    cfg = sl.TrainConfig(
-        task=ModularTask(p=7, train_frac=0.5),
-        model=sl.ModelConfig(n_layers=1, d_model=16, d_head=8, d_mlp=32, n_heads=2),
-        steps=40,
-        batch_size=24,
-        eval_every=10,
-        ckpt_every=10,
-        state_every=10,
-        early_stop=False,
-    )
+    cfg = tiny_modular(state_every=10)
     parent = sl.train(cfg, out=tmp_path / "p")
     same = sl.branch(parent, 20, tmp_path / "same")
     assert same.config.task == parent.config.task

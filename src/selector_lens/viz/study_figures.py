@@ -329,6 +329,18 @@ def timescale_vs_tau(rows: list[dict], rho: float | None) -> go.Figure:
     return fig
 
 
+def _mean_and_range(rows: list[dict], key: str) -> dict:
+    """A scatter's y (each row's `key`) and error bars to its `<key>_range` [lo, hi]."""
+    return {
+        "y": [r[key] for r in rows],
+        "error_y": {
+            "type": "data",
+            "array": [r[f"{key}_range"][1] - r[key] for r in rows],
+            "arrayminus": [r[key] - r[f"{key}_range"][0] for r in rows],
+        },
+    }
+
+
 def noise_only_times(rows: list[dict], parent: str, tau: int) -> go.Figure:
     """The noise-only study's summary (`studies.interventions.summary` by noise scale): steps
     left to τ per C, mean over seeds with the range as error bars (a C where no seed escaped at
@@ -338,12 +350,7 @@ def noise_only_times(rows: list[dict], parent: str, tau: int) -> go.Figure:
     done = [r for r in rows if r["remaining"] is not None]
     fig.add_scatter(
         x=[r["noise_scale"] for r in done],
-        y=[r["remaining"] for r in done],
-        error_y={
-            "type": "data",
-            "array": [r["remaining_range"][1] - r["remaining"] for r in done],
-            "arrayminus": [r["remaining"] - r["remaining_range"][0] for r in done],
-        },
+        **_mean_and_range(done, "remaining"),
         mode="lines+markers",
         name="steps left to τ (mean, range over seeds)",
         text=[f"{r['escaped']}/{r['seeds']} escaped" for r in done],
@@ -372,12 +379,7 @@ def tau_per_k(rows: list[dict]) -> go.Figure:
     fig = go.Figure()
     fig.add_scatter(
         x=[r["k"] for r in rows],
-        y=[r["ratio"] for r in rows],
-        error_y={
-            "type": "data",
-            "array": [r["ratio_range"][1] - r["ratio"] for r in rows],
-            "arrayminus": [r["ratio"] - r["ratio_range"][0] for r in rows],
-        },
+        **_mean_and_range(rows, "ratio"),
         mode="lines+markers",
         name="our τ / the paper's (mean over seeds, range)",
         text=[f"ours {r['tau']:.0f} ({r['seeds']} seeds), paper {r['paper_tau']}" for r in rows],

@@ -429,3 +429,24 @@ def test_the_dashboard_shows_the_landscape_the_store_keeps(run, tmp_path, monkey
     assert list(fig.data[0].y) == list(big.lambda_max)
     assert np.allclose(fig.data[1].y, big.lambda_min.abs())
     assert list(fig.data[2].y) == list(big.noise_share_top)
+
+
+def test_noise_only_and_tau_per_k_figures_draw_means_with_their_ranges():
+    from selector_lens.viz import study_figures
+
+    rows = [
+        {"noise_scale": 0.0, "remaining": 800, "remaining_range": [700, 900], "escaped": 3,
+         "seeds": 3, "drift": 0.15},
+        {"noise_scale": 4.0, "remaining": None, "remaining_range": None, "escaped": 0,
+         "seeds": 3, "drift": 0.001},
+    ]  # fmt: skip
+    fig = study_figures.noise_only_times(rows, "k20", 4500)
+    wait, drift = fig.data
+    assert list(wait.x) == [0.0] and list(wait.y) == [800]  # C = 4 never escaped: no point
+    assert list(wait.error_y.array) == [100] and list(wait.error_y.arrayminus) == [100]
+    assert list(drift.y) == [0.15, 0.001] and drift.name and wait.name
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+    per_k = [{"k": 3, "ratio": 0.85, "ratio_range": [0.8, 0.9], "tau": 383, "seeds": 3,
+              "paper_tau": 450}]  # fmt: skip
+    (ratio,) = study_figures.tau_per_k(per_k).data
+    assert list(ratio.y) == [0.85] and list(ratio.error_y.array) == [pytest.approx(0.05)]
