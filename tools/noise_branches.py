@@ -156,6 +156,10 @@ def noise_only(a, name: str, options: dict, published: sl.Run, step: int, budget
     specs = noise_only_specs(budget)
     where_b = a.root / "branches" / name / f"step{step}"
     runs = [(spec, seed, where_b / f"{spec.label}-s{seed}") for seed in a.seeds for spec in specs]
+    # a branch that finished and was published is made (a new session has only what was in
+    # flight: remaking it would need the branch point again, on this CPU another trajectory)
+    done = a.published / where_b.relative_to(a.root)
+    runs = [r for r in runs if not rundir.is_done(done / r[2].name)]
     missing = [r for r in runs if not rundir.is_run(r[2])]
     if missing:
         where, _ = branch_point(a.root, name, options, step)
@@ -171,8 +175,9 @@ def noise_only(a, name: str, options: dict, published: sl.Run, step: int, budget
             make_branch(parent, step, path, replace(spec, options={**spec.options, "seed": seed}))
     for seed in a.seeds:
         mine = [path for _, s, path in runs if s == seed]
-        print(f"noise-only, seed {seed}: {', '.join(p.name for p in mine)}", flush=True)
-        train_many([sl.Run.open(p).config for p in mine], mine, resume=True)
+        if mine:
+            print(f"noise-only, seed {seed}: {', '.join(p.name for p in mine)}", flush=True)
+            train_many([sl.Run.open(p).config for p in mine], mine, resume=True)
     return 0
 
 

@@ -551,14 +551,11 @@ class _RunState:
         self.step += 1
         for group in self.opt.param_groups:
             group["lr"] = lr_at(self.cfg, self.step)
-        index = self.order.indices(self.step).to(self.device)
-        if self.z_mode:
-            return without_z(self.tokens, index, self.task, self.z_mode, self.cfg.seed, self.step)
-        return self.tokens[index]
+        return self.batch_of(self.order.indices(self.step), self.step)
 
     def batch_of(self, index: torch.Tensor, step: int) -> torch.Tensor:
         """The training examples at `index` as `step` trains on them (a branch's `z` change
-        applied): what a noise-scaled branch's reference batch reads."""
+        applied): the step's batch, and a noise-scaled branch's reference batch."""
         index = index.to(self.device)
         if self.z_mode:
             return without_z(self.tokens, index, self.task, self.z_mode, self.cfg.seed, step)
