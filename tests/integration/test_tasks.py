@@ -74,3 +74,19 @@ def test_a_branch_keeps_its_parents_task(tmp_path):
     quiet = sl.branch(parent, 20, tmp_path / "quiet", noise_scale=0.0)
     assert isinstance(quiet.config.task, ModularTask)
     assert quiet.metric_rows()[-1]["noise_scale"] == 0.0
+
+
+def test_a_sweep_over_another_tasks_options(tmp_path):
+    spec = tmp_path / "grid.yaml"
+    spec.write_text(
+        "base: {task: modular, train_frac: 0.5, n_layers: 1, d_model: 16, d_head: 8, d_mlp: 32,"
+        " n_heads: 2, steps: 20, batch_size: 24, eval_every: 10, early_stop: false}\n"
+        "grid: {p: [5, 7]}\n"
+    )
+    r = cli("sweep", spec, "--out", tmp_path / "s", "--workers", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    from selector_lens.runs.run import run_table
+
+    table = run_table(tmp_path / "s")
+    assert sorted(table.p) == [5, 7] and set(table.task) == {"modular"}
+    assert sorted(table.D) == [round(0.5 * 25), round(0.5 * 49)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import fields
 from functools import cached_property
 from pathlib import Path
 
@@ -365,8 +366,28 @@ def run_table(root, threshold: float = 0.5):
         run = Run.open(path)
         cfg, t = run.config, run.config.task
         evals = run.metric_rows()
-        s = summarize(evals, t.log_k, threshold)
         seen = {r["step"]: r["examples_seen"] for r in evals}
+        if t.name != "selector":  # another task: its options, its transition and last step
+            tau = t.transition(evals)
+            rows.append(
+                {
+                    "run": str(run.path),
+                    "task": t.name,
+                    **{f.name: getattr(t, f.name) for f in fields(t) if f.name != "seed"},
+                    "D": t.n_examples,
+                    "lr": cfg.lr,
+                    "weight_decay": cfg.weight_decay,
+                    "batch_size": cfg.batch_size,
+                    "seed": cfg.seed,
+                    "status": run.status,
+                    "tau": tau,
+                    "tau_examples": seen.get(tau),
+                    "final_step": evals[-1]["step"] if evals else None,
+                    "error": rundir.read_error(run.path),
+                }
+            )
+            continue
+        s = summarize(evals, t.log_k, threshold)
         rows.append(
             {
                 "run": str(run.path),

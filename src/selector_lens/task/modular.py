@@ -115,6 +115,21 @@ class ModularTask:
         """The first evaluation with test accuracy >= 0.95 (grokked)."""
         return next((r["step"] for r in rows if r.get("test_acc", 0) >= 0.95), None)
 
+    def grokking(self, rows: list[dict]) -> dict:
+        """The grokking gap in a run's rows: the first evaluation with train accuracy >= 0.99
+        (memorised), the first with test accuracy >= 0.95 (generalised), and the Fourier share
+        at each (the progress measure, hidden before the jump); None where not reached."""
+        train = next((r for r in rows if r["train_acc"] >= 0.99), None)
+        test = next((r for r in rows if r["test_acc"] >= 0.95), None)
+        return {
+            "p": self.p,
+            "train_frac": self.train_frac,
+            "train_solved_step": train and train["step"],
+            "test_solved_step": test and test["step"],
+            "fourier_share_at_train_solved": train and train["fourier_share"],
+            "fourier_share_at_test_solved": test and test["fourier_share"],
+        }
+
     def solved(self, row: dict, first: dict, cfg=None) -> bool:
         """Past the early-stop line: test accuracy >= 1 - early_stop_frac (0.95 by default)."""
         frac = cfg.early_stop_frac if cfg is not None else 0.05

@@ -4,6 +4,7 @@ task class and refusing one that does not implement the protocol."""
 
 import math
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -201,3 +202,31 @@ def test_a_task_class_made_in_python_is_named_so_that_it_loads_again(tmp_path):
     cfg = TrainConfig(task=module.Mine(p=5))
     again = TrainConfig.from_dict(cfg.to_dict())
     assert again.task.p == 5 and type(again.task).__name__ == "Mine"
+
+
+def test_the_grokking_gap_is_read_from_the_rows():
+    def row(step, train, test, share):
+        return {"step": step, "train_acc": train, "test_acc": test, "fourier_share": share}
+
+    rows = [row(0, 0.01, 0.01, 0.1), row(100, 0.995, 0.05, 0.2), row(900, 1.0, 0.96, 0.6)]
+    got = ModularTask(p=7).grokking(rows)
+    assert got["train_solved_step"] == 100 and got["test_solved_step"] == 900
+    assert (
+        got["fourier_share_at_train_solved"] == 0.2 and got["fourier_share_at_test_solved"] == 0.6
+    )
+    assert ModularTask(p=7).grokking(rows[:2])["test_solved_step"] is None
+    assert ModularTask(p=7).transition(rows) == 900
+
+
+PUBLISHED_MODULAR = (
+    Path(__file__).resolve().parents[3] / "analyses" / "results" / "tasks" / "modular"
+)
+
+
+@pytest.mark.skipif(not (PUBLISHED_MODULAR / "summary.json").is_file(), reason="not published")
+def test_the_published_grokking_summary_is_its_runs():
+    import json
+
+    summary = json.loads((PUBLISHED_MODULAR / "summary.json").read_text())
+    run = sl.Run.open(PUBLISHED_MODULAR / "runs" / summary["run"])
+    assert {**run.config.task.grokking(run.metric_rows()), "run": summary["run"]} == summary
