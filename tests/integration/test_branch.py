@@ -145,7 +145,7 @@ def test_mean_ablation_stores_the_training_set_means(parent, tmp_path):
 @pytest.mark.parametrize("mode", ["drop", "permute"])
 def test_z_changes_take_the_selector_away_in_training_only(parent, tmp_path, mode):
     from selector_lens.task.vocab import PAD
-    from selector_lens.training.trainer import without_z
+    from selector_lens.training.interventions import without_z
 
     task, tokens = parent.config.task, parent.task_data.tokens
     index = torch.arange(len(tokens))

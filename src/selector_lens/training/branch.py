@@ -43,15 +43,9 @@ from selector_lens.files import atomic_write, atomic_write_text
 from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
 from selector_lens.runs.rundir import BRANCH
+from selector_lens.training.interventions import ABLATION_VALUES, Z_CHANGES
 from selector_lens.training.noise import REFERENCE_X, REFRESH_EVERY
-from selector_lens.training.trainer import (
-    ABLATION_VALUES,
-    Z_CHANGES,
-    batch_key,
-    read_state,
-    state_for,
-    train_many,
-)
+from selector_lens.training.trainer import batch_key, read_state, state_for, train_many
 
 
 @dataclass(frozen=True)

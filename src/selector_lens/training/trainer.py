@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 from selector_lens import __version__
-from selector_lens.analysis.ablation import HeadAblation, head_label, parse_head
+from selector_lens.analysis.ablation import parse_head
 from selector_lens.config import RESUMABLE, TrainConfig
 from selector_lens.errors import SelectorLensError
 from selector_lens.files import atomic_write, atomic_write_text
@@ -25,6 +24,12 @@ from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
 from selector_lens.runs.transition import task_summary
 from selector_lens.task.order import BatchOrder
+from selector_lens.training.console import _CtrlC, _Progress
+from selector_lens.training.interventions import (
+    branch_ablation,
+    frozen_slices,
+    without_z,
+)
 from selector_lens.training.noise import NoiseScale
 from selector_lens.training.trackers import check_tracker, open_tracker
 
@@ -244,60 +249,6 @@ def state_for(cfg: TrainConfig, state: dict, fresh: bool = False) -> dict:
     return new
 
 
-def frozen_slices(model, heads) -> list[tuple[torch.nn.Parameter, int, torch.Tensor]]:
-    """(parameter, head, its slice now) for each frozen head's W_Q, W_K, W_V, W_O, b_Q, b_K and
-    b_V (b_O is shared by the heads): `_RunState` writes them back after every step, so the
-    head gets no update, weight decay included."""
-    out = []
-    for layer, head in heads:
-        attn = model.blocks[layer].attn
-        for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V"):
-            p = getattr(attn, name)
-            out.append((p, head, p.detach()[head].clone()))
-    return out
-
-
-Z_CHANGES = ("permute", "drop")
-
-
-def without_z(tokens, index, task, mode: str, seed: int, step: int) -> torch.Tensor:
-    """The batch `tokens[index]` with the selector's information taken away (a branch's `z`).
-    "permute": each example's z is that of a random example of its own group (base), drawn
-    afresh at every step, seeded by the seed and the step (a resumed branch draws the same):
-    z no longer says which target follows. "drop": every z token is [PAD]."""
-    from selector_lens.task.vocab import PAD
-
-    batch = tokens[index]  # a copy: advanced indexing
-    pos = torch.tensor(task.z_positions, device=batch.device)
-    if mode == "drop":
-        batch[:, pos] = PAD
-        return batch
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    pick = torch.randint(task.k, (len(index),), generator=g).to(index.device)
-    source = (index // task.k) * task.k + pick
-    batch[:, pos] = tokens[source][:, pos]
-    return batch
-
-
-def branch_ablation(run: Run, record: dict, cfg: TrainConfig):
-    """A branch's ablated heads (`HeadAblation`, zero or mean) from its run.json record, the
-    means read from the values the branch stored when it was made; None without."""
-    heads = [parse_head(h, cfg.model) for h in record.get("ablate_heads", [])]
-    if not heads:
-        return None
-    from safetensors.torch import load_file
-
-    mode = record.get("ablate_mode", "mean")
-    values = {}
-    if mode == "mean":
-        stored = load_file(str(run.path / ABLATION_VALUES))
-        values = {(layer, head): stored[head_label(layer, head)] for layer, head in heads}
-    return HeadAblation(heads, mode, values)
-
-
-ABLATION_VALUES = "ablation.safetensors"  # a branch's mean head outputs, fixed at the branch
-
-
 def batch_key(cfg: TrainConfig) -> tuple:
     """Runs with equal keys can train together as one batched model (`train_many`)."""
     return (
@@ -360,34 +311,6 @@ def train_many(
     finally:  # the locks last until run.json says how each run ended
         for s in states:
             s.release()
-
-
-class _CtrlC:
-    """Ctrl-C during training asks to stop: the step under way ends, every run is checkpointed
-    there (weights and state) and marked interrupted, then KeyboardInterrupt is raised; nothing
-    is lost and `--resume` continues exactly. A second Ctrl-C stops at once. Outside the main
-    thread (where signals cannot be caught) Ctrl-C acts as usual."""
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        self.asked, self.old = False, None
-        if threading.current_thread() is threading.main_thread():
-            self.old = signal.signal(signal.SIGINT, self._ask)
-        return self
-
-    def _ask(self, signum, frame):
-        if self.asked:
-            raise KeyboardInterrupt
-        self.asked = True
-
-    def __exit__(self, *exc):
-        import signal
-
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self.old)
-        return False
 
 
 def _loop(active: list, first: int, clip: float, ctrl_c: _CtrlC) -> None:
@@ -643,52 +566,3 @@ class _RunState:
         }
         rundir.finish(self.out, self.stopped, summary)
         return self.run
-
-
-class _Progress:
-    """A rich progress bar: step, train loss, candidate loss against log K."""
-
-    def __init__(self, cfg: TrainConfig, start: int):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-
-        self.log_k = getattr(cfg.task, "log_k", None)  # the selector's candidate loss
-        self.p = Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[info]}"),
-        )
-        self.p.start()
-        self.loss, self.cand = float("nan"), "-"
-        self.t = self.p.add_task("train", total=cfg.steps, completed=start, info="")
-        # where no bar can draw (a pipe, nohup, CI): a plain line at every 5% of the steps
-        self.lines = not self.p.console.is_terminal
-        self.total, self.every = cfg.steps, max(1, cfg.steps // 20)
-        self.next_line = (start // self.every + 1) * self.every
-
-    def advance(self, step: int, loss: float):
-        self.loss = loss
-        self._show(step)
-
-    def update(self, step: int, row: dict):
-        c = row.get("candidate_loss")
-        self.cand = "-" if c is None else f"{c:.3f} (log K {self.log_k:.3f})"
-        self._show(step)
-
-    def _show(self, step: int):
-        loss = "-" if math.isnan(self.loss) else f"{self.loss:.3f}"
-        info = f"loss {loss}  cand {self.cand}"
-        self.p.update(self.t, completed=step, info=info)
-        if self.lines and step >= self.next_line:
-            print(f"train: step {step}/{self.total}  {info}", file=sys.stderr, flush=True)
-            self.next_line = (step // self.every + 1) * self.every
-
-    def close(self):
-        self.p.stop()
