@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_analysis.py
 	$(PY) benchmarks/bench_malloc.py
+	$(PY) benchmarks/bench_grokking.py
 	$(PY) benchmarks/bench_answers.py $(if $(wildcard $(K10_RUN)),--run $(K10_RUN))
 
 clean-demo:

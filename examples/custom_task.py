@@ -60,6 +60,17 @@ class WindowSum:
     def eval_set(self, data, seed=0, groups=None, eval_groups=None) -> "Examples":
         return self.sample(500, self.seed + 1)  # fresh examples, fixed by the seed
 
+    def position_pairs(self, es) -> dict:  # where "window" points: "=" to each summed digit
+        n, keys = len(es.tokens), torch.arange(self.length - self.window, self.length)
+        return {"window": (torch.full((n, self.window), self.length), keys.expand(n, -1))}
+
+    def corrupt(self, es, seed: int = 0) -> torch.Tensor:  # the summed digits redrawn: patching
+        g, tokens = torch.Generator().manual_seed(seed), es.tokens.clone()  # reads this input
+        tokens[:, self.length - self.window : self.length] = torch.randint(
+            self.m, (len(tokens), self.window), generator=g
+        )
+        return tokens
+
     def transition(self, rows: list) -> int | None:
         """The first evaluation with answer accuracy >= 0.9."""
         return next((r["step"] for r in rows if r["token_acc"] >= 0.9), None)

@@ -38,6 +38,12 @@ class ModelConfig:
     normalization_type: str | None = option("LN", "LN (pre-LN) or none.", ("LN", "none"))
     n_ctx: int | None = option(None, "Context length (default: the task's length, at least 16).")
     attn_only: bool = option(False, "Attention only, no MLPs (the induction-head models).")
+    positional_embedding_type: str = option(
+        "standard",
+        "standard (added to the residual stream) or shortformer (added to queries and keys only, "
+        "as in Nanda's attn-only toy models: induction heads form cleanly).",
+        ("standard", "shortformer"),
+    )
 
     def __post_init__(self):
         check_fields(self)
@@ -49,6 +55,11 @@ class ModelConfig:
         if self.act_fn not in ACT_FNS:
             raise SelectorLensError(
                 f"unknown act_fn {self.act_fn!r}; choose one of {', '.join(ACT_FNS)}"
+            )
+        if self.positional_embedding_type not in ("standard", "shortformer"):
+            raise SelectorLensError(
+                f"unknown positional_embedding_type {self.positional_embedding_type!r}; "
+                "choose standard or shortformer"
             )
         if self.normalization_type not in NORMS:
             raise SelectorLensError(

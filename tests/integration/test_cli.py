@@ -103,6 +103,7 @@ def test_train_sets_every_option(monkeypatch, tmp_path):
         normalization_type="none",
         n_ctx=20,
         attn_only=True,
+        positional_embedding_type="shortformer",
         steps=7,
         batch_size=5,
         lr=0.02,

@@ -152,6 +152,16 @@ def resample_sources(n: int, seed: int) -> torch.Tensor:
 METRICS = ("loss", "first_target_loss", "candidate_loss", "candidate_acc", "dz")
 
 
+def metric_names(run) -> tuple[str, ...]:
+    """The metrics an ablation compares: the selector's METRICS; for another task, those of its
+    metrics that its evaluation rows hold as one number (not one per head)."""
+    task = run.config.task
+    if task.name == "selector":
+        return METRICS
+    first = next(iter(run.metric_rows()), {})
+    return tuple(m for m in task.metrics if isinstance(first.get(m, 0.0), (int, float)))
+
+
 ABLATION_VERSION = "1"  # bump when the ablation's numbers change: stored tables are then recomputed
 
 
@@ -227,6 +237,8 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
     checkpoint serves them all, and each set runs only from layer l's hook_z on; with
     `keep_only` the layers above l, all ablated, compute no attention for the candidates
     (`metrics.evaluate_branches`; equal to one evaluation per set)."""
+    if run.config.task.name != "selector":
+        return _task_ablation_table(run, head_sets, mode, steps, keep_only, seed)
     import pandas as pd
 
     from selector_lens.model.metrics import evaluate, evaluate_branches
@@ -267,6 +279,48 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
                 row["layer"], row["head"] = heads[0]
             for m in METRICS:
                 c, a = clean.get(m), ablated[i].get(m)
+                row[f"clean_{m}"], row[f"ablated_{m}"] = c, a
+                row[f"delta_{m}"] = None if c is None or a is None else a - c
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _task_ablation_table(run, head_sets, mode, steps, keep_only, seed):
+    """`_ablation_table` for any task: each head set's ablation through the task's own
+    evaluation (`model.evaluation.evaluate`), one evaluation per set."""
+    import pandas as pd
+
+    from selector_lens.model.evaluation import evaluate
+
+    task = run.config.task
+    if mode == "resample":
+        raise SelectorLensError(
+            f"resample ablation reads the selector's evaluation rows; use --mode mean or zero "
+            f"for the {task.name} task"
+        )
+    names = metric_names(run)
+    es = run.eval_set()
+    stored = {r["step"]: r for r in run.metric_rows()}
+    rows = []
+    for step, model in run.series(run.steps if steps is None else list(steps)):
+        every = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+        clean = stored.get(step) or evaluate(task, model, es)
+        sources = head_ablation(model, es, every, mode, seed).values
+        for heads in head_sets:
+            heads = check_heads(model.cfg, heads)
+            target = [x for x in every if x not in heads] if keep_only else heads
+            ablation = HeadAblation(target, mode, {t: sources[t] for t in target if t in sources})
+            ablated = evaluate(task, model, es, ablation)
+            row = {
+                "step": step,
+                "heads": "+".join(head_label(*h) for h in heads),
+                "mode": mode,
+                "keep_only": keep_only,
+            }
+            if len(heads) == 1:
+                row["layer"], row["head"] = heads[0]
+            for m in names:
+                c, a = clean.get(m), ablated.get(m)
                 row[f"clean_{m}"], row[f"ablated_{m}"] = c, a
                 row[f"delta_{m}"] = None if c is None or a is None else a - c
             rows.append(row)

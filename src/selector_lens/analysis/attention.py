@@ -1,8 +1,10 @@
-"""Attention tracking across checkpoints: mass on z, entropy, full patterns.
+"""Attention tracking across checkpoints: mass on z, entropy, full patterns, and for any task
+the attention to its named positions of interest.
 
 The a1-query attention to z is stored at every eval in metrics.jsonl, so `attention_to_z` reads
 it from there; other queries (all target-predicting positions) and entropies are computed from
-the checkpoints, one model loaded in place.
+the checkpoints, one model loaded in place. `attention_to_positions` reads a task's
+`position_pairs` (the task protocol), so it serves every task.
 """
 
 from __future__ import annotations
@@ -68,6 +70,47 @@ def attention_to_z(run, steps=None, query: str = "a1"):
                     }
                 )
     return pd.DataFrame(rows)
+
+
+POSITIONS_VERSION = "1"
+
+
+def attention_to_positions(run, steps=None, recompute: bool = False):
+    """DataFrame step x layer x head x position: for each of the task's named positions of
+    interest, the attention from its query positions to its key positions, averaged over the
+    (query, key) pairs of every example of the evaluation set. Kept in the run's store."""
+    from selector_lens.runs.store import per_checkpoint
+    from selector_lens.task.protocol import position_pairs, require
+
+    task = run.config.task
+    require(task, "position_pairs")
+
+    def make_rows():
+        es = run.eval_set()
+        pairs = position_pairs(task, es)
+        rows = torch.arange(len(es.tokens))[:, None]
+
+        def rows_at(step, model):
+            totals = {name: 0.0 for name in pairs}
+            for lo in range(0, len(es.tokens), 256):
+                pats = each_pattern(model, es.tokens[lo : lo + 256])  # [b, L, H, q, k]
+                for name, (q, k) in pairs.items():
+                    at = pats[rows[: len(pats)], :, :, q[lo : lo + 256], k[lo : lo + 256]]
+                    totals[name] = totals[name] + at.sum((0, 1))  # [b, pairs, L, H] -> [L, H]
+            return [
+                {"layer": l, "head": h, "position": name, "attention": float(v[l, h]) / q.numel()}
+                for name, (q, _) in pairs.items()
+                for v in [totals[name]]
+                for l in range(v.shape[0])
+                for h in range(v.shape[1])
+            ]
+
+        return rows_at
+
+    steps = run.steps if steps is None else steps
+    return per_checkpoint(
+        run, "attention_positions", POSITIONS_VERSION, {}, steps, make_rows, recompute
+    )
 
 
 @inference_mode

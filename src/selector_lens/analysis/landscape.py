@@ -313,7 +313,7 @@ def landscape(
                 row = measure(
                     model,
                     tokens,
-                    cfg.task.first_target_pos,
+                    cfg.task.loss_start,  # the selector's: its first target
                     sample,
                     seed,
                     batch_size=cfg.batch_size,

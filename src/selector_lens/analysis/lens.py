@@ -1,5 +1,6 @@
 """The logit lens across checkpoints: what the residual stream at the a1-predicting position
-already says, read through `ln_final` and the unembedding after the embedding and every block.
+already says, read through `ln_final` and the unembedding after the embedding and every block
+(another task: at each of its focus predictions, `task.protocol.focus`).
 
 TransformerLens's `accumulated_resid` gives the stack (embedding + positions, then each block's
 `resid_post`); `ln_final` is applied to each layer's vector afresh (a lens, not the final layer's
@@ -74,6 +75,10 @@ def logit_lens(run, steps=None, recompute: bool = False):
     from selector_lens.runs.store import per_checkpoint
 
     task = run.config.task
+    if task.name != "selector":
+        return per_checkpoint(
+            run, "logit_lens", LENS_VERSION, {}, steps, lambda: _task_lens_rows(run), recompute
+        )
     if not task.has_candidates:
         raise SelectorLensError(
             f"{run.path} is a {task.direction} run: the logit lens reads the a1 prediction"
@@ -94,5 +99,42 @@ def _lens_rows(run):
     def rows_at(step, model):
         logits = model.unembed(model.ln_final(a1_resid_stack(model, es.tokens, pos)))
         return lens_metrics(logits, correct, firsts)
+
+    return rows_at
+
+
+def _task_lens_rows(run):
+    """Any task's lens: per layer, at its focus predictions, P(correct next token), top-1,
+    entropy and the loss (`loss`; the last layer's is the model's own focus loss)."""
+    from selector_lens.task.protocol import focus
+
+    es = run.eval_set()
+    tokens, mask = es.tokens, focus(run.config.task, es)
+    correct = tokens[:, 1:][mask]
+
+    @torch.inference_mode()
+    def rows_at(step, model):
+        rows = []
+        for lo in range(0, len(tokens), 512):  # [layer, n, seq, d] a chunk at a time
+            _, cache = model.run_with_cache(
+                tokens[lo : lo + 512],
+                names_filter=lambda n: n.endswith(("resid_pre", "resid_post")),
+            )
+            stack = cache.accumulated_resid()[:, :, :-1][:, mask[lo : lo + 512]]  # [layer, m, d]
+            rows.append(model.unembed(model.ln_final(stack[:, :, None]))[:, :, 0])
+        logp = torch.cat(rows, 1).double().log_softmax(-1)  # [layer, focus predictions, vocab]
+        out = []
+        for layer, lp in enumerate(logp):
+            right = lp.gather(-1, correct[:, None])[:, 0]
+            out.append(
+                {
+                    "layer": layer,
+                    "p_correct": float(right.exp().mean()),
+                    "top1": float((lp.argmax(-1) == correct).double().mean()),
+                    "entropy": float(-(lp.exp() * lp).sum(-1).mean()),
+                    "loss": float(-right.mean()),
+                }
+            )
+        return out
 
     return rows_at

@@ -261,23 +261,24 @@ def patch_series(
     recompute: bool = False,
 ):
     """`patch` with the z corruption and normalised logit difference at each checkpoint: a tidy
-    DataFrame step x layer x pos (x head), with the clean and corrupt logit differences. Kept in
-    the run's analysis store (`recompute=True` bypasses it)."""
+    DataFrame step x layer x pos (x head), with the clean and corrupt logit differences (another
+    task: its own corruption and focus loss, `_task_patch_rows`). Kept in the run's analysis
+    store (`recompute=True` bypasses it)."""
     from selector_lens.runs.store import per_checkpoint
 
     if site not in SITES:
         raise SelectorLensError(f"unknown site {site!r}; choose one of {', '.join(SITES)}")
-    check_corruptible(run.config.task)  # one clear error for a run without a z to corrupt
+    task = run.config.task
     params = {"site": site, "n_examples": n_examples, "seed": seed}
-    return per_checkpoint(
-        run,
-        "patching",
-        PATCHING_VERSION,
-        params,
-        steps,
-        lambda: _patch_rows(run, site, n_examples, seed),
-        recompute,
-    )
+    if task.name != "selector":
+        from selector_lens.task.protocol import require
+
+        require(task, "corrupt")
+        make_rows = lambda: _task_patch_rows(run, site, n_examples, seed)  # noqa: E731
+    else:
+        check_corruptible(task)  # one clear error for a run without a z to corrupt
+        make_rows = lambda: _patch_rows(run, site, n_examples, seed)  # noqa: E731
+    return per_checkpoint(run, "patching", PATCHING_VERSION, params, steps, make_rows, recompute)
 
 
 def _patch_rows(run, site, n_examples, seed):
@@ -318,3 +319,81 @@ def _patch_rows(run, site, n_examples, seed):
         return rows
 
     return rows_at
+
+
+def _task_patch_rows(run, site, n_examples, seed):
+    """Any task's patching: its `corrupt` input, the metric its focus loss normalised (0: the
+    corrupted run's, 1: the clean run's, read against the clean tokens). Head outputs (`z`) are
+    patched at every position at once (`pos` -1); residual sites position by position."""
+    from selector_lens.model.evaluation import focus_loss
+    from selector_lens.task.protocol import corrupted, focus
+
+    task, es = run.config.task, run.eval_set()
+    n = min(n_examples, len(es.tokens))
+    examples = np.sort(np.random.default_rng(seed).choice(len(es.tokens), n, replace=False))
+    clean, corrupt = es.tokens[examples], corrupted(task, es, seed)[examples]
+    mask = focus(task, es)[examples]
+
+    def rows_at(step, model):
+        device = next(model.parameters()).device
+        clean_loss = focus_loss(model(clean.to(device)), clean, mask).item()
+        corrupt_loss = focus_loss(model(corrupt.to(device)), clean, mask).item()
+
+        def metric(logits):
+            return (corrupt_loss - focus_loss(logits, clean, mask)) / (corrupt_loss - clean_loss)
+
+        positions = "all" if site == "z" else None
+        result = patch(model, clean, corrupt, site, metric, positions=positions)
+        rows = []
+        for idx in np.ndindex(*result.shape):
+            row = {"site": site, "layer": idx[0]}
+            if site == "z":
+                row["pos"], row["head"] = -1, idx[1]
+            else:
+                row["pos"] = idx[1]
+            rows.append(
+                {
+                    **row,
+                    "value": result[idx].item(),
+                    "clean_loss": clean_loss,
+                    "corrupt_loss": corrupt_loss,
+                }
+            )
+        return rows
+
+    return rows_at
+
+
+GAP_VERSION = "1"
+
+
+def corruption_gap(run, steps=None, n_examples: int = 512, seed: int = 0, recompute: bool = False):
+    """Any task's Δ: per checkpoint, its focus loss on the clean evaluation examples and on its
+    corrupted input (`corrupt`), both against the clean tokens, and their gap (nats): the
+    selector's Δz generalised. Kept in the run's store."""
+    from selector_lens.runs.store import per_checkpoint
+    from selector_lens.task.protocol import require
+
+    require(run.config.task, "corrupt")
+
+    def make_rows():
+        from selector_lens.model.evaluation import focus_loss
+        from selector_lens.task.protocol import corrupted, focus
+
+        task, es = run.config.task, run.eval_set()
+        n = min(n_examples, len(es.tokens))
+        pick = np.sort(np.random.default_rng(seed).choice(len(es.tokens), n, replace=False))
+        clean, corrupt = es.tokens[pick], corrupted(task, es, seed)[pick]
+        mask = focus(task, es)[pick]
+
+        @torch.inference_mode()
+        def rows_at(step, model):
+            a = focus_loss(model(clean), clean, mask).item()
+            b = focus_loss(model(corrupt), clean, mask).item()
+            return [{"clean_loss": a, "corrupt_loss": b, "gap": b - a}]
+
+        return rows_at
+
+    params = {"n_examples": n_examples, "seed": seed}
+    steps = run.steps if steps is None else steps
+    return per_checkpoint(run, "corruption_gap", GAP_VERSION, params, steps, make_rows, recompute)

@@ -229,11 +229,102 @@ def _stored_landscape(run):
     return pd.DataFrame(max(ours, key=lambda x: x[:2])[2]) if ours else None
 
 
+def gather_task(
+    run,
+    ablation: bool = True,
+    patch_steps: int = 8,
+    example: int = 0,
+    explorer_steps: int = 12,
+    explorer_count: int = 16,
+    max_steps: int = 60,
+    recompute: bool = False,
+) -> dict:
+    """What any task's dashboard shows (`viz.dashboard.task_dashboard`), from the store where it
+    is kept: the metrics, attention to the positions of interest and the corruption gap at up to
+    `max_steps` checkpoints, every head ablated at the phases, head outputs patched at
+    `patch_steps` checkpoints, the explorer's patterns. A part the task cannot give is a note;
+    `seconds` times each part."""
+    import pandas as pd
+
+    from selector_lens.analysis.ablation import ablate_each_head
+    from selector_lens.analysis.attention import (
+        attention_to_positions,
+        example_patterns,
+        explorer_examples,
+    )
+    from selector_lens.analysis.patching import corruption_gap, patch_series
+    from selector_lens.runs.steps import thin
+    from selector_lens.runs.transition import task_summary
+    from selector_lens.task.protocol import headline
+
+    task, cfg, rows = run.config.task, run.config, run.metric_rows()
+    if not rows:
+        raise SelectorLensError(f"{run.path} has no metrics yet: nothing to show")
+    tau, steps = run.tau(), run.steps
+    summary = task_summary(task, rows)
+    options = ", ".join(f"{k} {v}" for k, v in vars(task).items())
+    t = {
+        "tau": tau,
+        "metrics": pd.DataFrame(rows),
+        "scalar": {m: d for m, d in task.metrics.items() if not isinstance(rows[-1].get(m), list)},
+        "summary": [
+            ("task", f"{task.name}: {options}"),
+            ("model", ", ".join(f"{k} {v}" for k, v in vars(cfg.model).items())),
+            ("training", f"lr {cfg.lr:g}, batch {cfg.batch_size}, {cfg.steps} steps; {run.status}"),
+            ("transition", tau if tau is not None else "none (yet)"),
+            ("transition means", (summary.get("tau_definition") or "").strip()),
+            *(
+                (k, v)
+                for k, v in summary.items()
+                if k.startswith("final_") and not isinstance(v, list)
+            ),
+        ],
+        "notes": [] if steps else ["no checkpoints: only the metrics"],
+        "seconds": {},
+        "ranked_by": f"delta_{headline(task)}",
+        "phases": dict((label or str(s), s) for label, s in run.labelled_steps()) if steps else {},
+    }
+
+    def part(key, compute):
+        t0 = time.perf_counter()
+        try:
+            t[key] = compute()
+        except SelectorLensError as e:  # the task cannot give it (or the run has no weights)
+            t["notes"].append(f"{key}: {e}")
+        t["seconds"][key] = time.perf_counter() - t0
+
+    if steps:
+        shown = thin(steps, max_steps)
+        part("attention", lambda: attention_to_positions(run, shown, recompute))
+        part("gap", lambda: corruption_gap(run, shown, recompute=recompute))
+        if ablation:
+            at = sorted(set(t["phases"].values()))
+            part("ablation", lambda: ablate_each_head(run, at, recompute=recompute))
+        if patch_steps:
+            chosen = thin(steps, patch_steps)
+            part("patching", lambda: patch_series(run, "z", chosen, recompute=recompute))
+        if explorer_steps:
+
+            def explorer():
+                chosen = explorer_examples(task.n_examples, example, explorer_count)
+                shown_steps = thin(steps, explorer_steps)
+                chosen, patterns = example_patterns(run, shown_steps, chosen, recompute)
+                tokens = run.task_data.tokens[chosen].tolist()
+                return patterns, chosen, [[str(x) for x in r] for r in tokens]
+
+            part("explorer", explorer)
+    return t
+
+
 def analyze(run, recompute: bool = False) -> dict:
     """Compute and store the standard set a dashboard (and `cascade`) reads: the routing head
     (every head ablated at post), the ablations at pre / mid / post, patching, the logit lens,
-    the attention explorer's checkpoints. Returns the seconds each part took."""
+    the attention explorer's checkpoints (another task: what `gather_task` reads). Returns the
+    seconds each part took."""
     from selector_lens.analysis.routing import find_routing_head
+
+    if run.config.task.name != "selector":
+        return gather_task(run, recompute=recompute)["seconds"]
 
     t = gather(run, recompute=recompute)
     seconds = dict(t.seconds)
@@ -242,3 +333,25 @@ def analyze(run, recompute: bool = False) -> dict:
         find_routing_head(run, t.phases["post"])  # its sufficiency table too
         seconds["routing"] = time.perf_counter() - t0
     return seconds
+
+
+def task_result(run) -> dict:
+    """What a task's published summary.json holds, from its stored tables: modular addition's
+    grokking gap (its rows); induction's phase change, its heads named at the last checkpoint
+    by attention, ablation and patching (`InductionTask.phase_change`)."""
+    from selector_lens.analysis.ablation import ablate_each_head
+    from selector_lens.analysis.attention import attention_to_positions
+    from selector_lens.analysis.patching import patch_series
+
+    task, rows = run.config.task, run.metric_rows()
+    if hasattr(task, "grokking"):
+        return task.grokking(rows)
+    if not hasattr(task, "phase_change"):
+        raise SelectorLensError(f"the {task.name} task has no published summary")
+    last = [run.steps[-1]]
+    return task.phase_change(
+        rows,
+        attention_to_positions(run, last),
+        ablate_each_head(run, last),
+        patch_series(run, "z", last),
+    )

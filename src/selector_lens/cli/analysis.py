@@ -44,9 +44,9 @@ def ablate_head(
     json_out: JsonOpt = False,
 ):
     """Ablate attention heads (through blocks.L.attn.hook_z) and compare with the clean run."""
-    from selector_lens.analysis.ablation import METRICS, ablate_each_head, ablate_heads
+    from selector_lens.analysis.ablation import ablate_each_head, ablate_heads, metric_names
 
-    r = _open_run(run, "ablate-head")
+    r = _open_run(run, "ablate-head", any_task=True)
     given = (layer is not None, head is not None)
     if (all_heads and any(given)) or (not all_heads and not all(given)):
         raise SelectorLensError("give --layer and --head, or --all-heads")
@@ -57,6 +57,7 @@ def ablate_head(
     else:
         table = ablate_heads(r, [(layer, head)], mode, steps, keep_only)
     label = {s: lab for lab, s in labelled}
+    names = metric_names(r)
     records = [
         {
             "step": int(row.step),
@@ -65,46 +66,16 @@ def ablate_head(
             "head": int(row["head"]),
             "mode": mode,
             "keep_only": keep_only,
-            "clean": {m: row[f"clean_{m}"] for m in METRICS},
-            "ablated": {m: row[f"ablated_{m}"] for m in METRICS},
-            "delta": {m: row[f"delta_{m}"] for m in METRICS},
+            "clean": {m: row[f"clean_{m}"] for m in names},
+            "ablated": {m: row[f"ablated_{m}"] for m in names},
+            "delta": {m: row[f"delta_{m}"] for m in names},
         }
         for _, row in table.iterrows()
     ]
     if json_out:
         fmt.json_line(records[0] if len(records) == 1 else records)
         return
-    what = "kept alone" if keep_only else f"{mode}-ablated"
-    tau, log_k = r.tau(), r.config.task.log_k
-    # per step, the most damaging head first (kept alone: the best one first), marked
-    records.sort(key=lambda x: (x["step"], -x["delta"]["candidate_loss"] * (1, -1)[keep_only]))
-    top = {}
-    for x in records:
-        top.setdefault(x["step"], (x["layer"], x["head"]))
-
-    def phase_of(x):
-        frac = "" if not tau else f" ({x['step'] / tau:.2f} τ)"
-        return f"{x['phase'] or ''}{frac}".strip() or None
-
-    fmt.table(
-        f"{r.path}: heads {what}; losses in nats; τ {tau if tau else 'none'}, log K {log_k:.3f}",
-        ["step", "phase", "head", "cand. loss", "ablated", "Δ cand.", "Δ loss", "Δz clean", "Δ Δz"],
-        [
-            [
-                x["step"],
-                phase_of(x),
-                f"L{x['layer']}H{x['head']}"
-                + (" ◀ top" if all_heads and top[x["step"]] == (x["layer"], x["head"]) else ""),
-                x["clean"]["candidate_loss"],
-                x["ablated"]["candidate_loss"],
-                x["delta"]["candidate_loss"],
-                x["delta"]["loss"],
-                x["clean"]["dz"],
-                x["delta"]["dz"],
-            ]
-            for x in records
-        ],
-    )
+    fmt.ablation_table(r, records, mode, keep_only, all_heads)
 
 
 app.command("ablate-head", epilog=ABLATE_EPILOG)(ablate_head)
@@ -129,11 +100,27 @@ def attention(
     every: EveryOpt = None,
     json_out: JsonOpt = False,
 ):
-    """Attention mass onto z per layer and head across checkpoints."""
-    from selector_lens.analysis.attention import attention_to_z
+    """Attention mass onto z per layer and head across checkpoints (another task: onto each of
+    its positions of interest)."""
+    from selector_lens.analysis.attention import attention_to_positions, attention_to_z
 
-    r = _open_run(run, "attention")
+    r = _open_run(run, "attention", any_task=True)
     steps = None if step is None and every is None else r.select_steps(step=step, every=every)
+    if r.config.task.name != "selector":
+        df = attention_to_positions(r, steps)
+        if json_out:
+            fmt.json_line(df.to_dict(orient="records"))
+            return
+        for name, part in df.groupby("position", sort=False):
+            wide = part.pivot_table(index=["layer", "head"], columns="step", values="attention")
+            cols = spread(list(wide.columns), 8)
+            fmt.table(
+                f"{r.path}: attention at {name!r} ({r.config.task.positions.get(name, '')}); "
+                "rows: heads, columns: steps",
+                ["head", *map(str, cols)],
+                [[f"L{l}H{h}", *[float(wide.loc[(l, h), c]) for c in cols]] for l, h in wide.index],
+            )
+        return
     df = attention_to_z(r, steps, query)
     if json_out:
         fmt.json_line(df.to_dict(orient="records"))
@@ -161,10 +148,11 @@ def logit_lens_cmd(
     json_out: JsonOpt = False,
 ):
     """The residual stream at the a1-predicting position through ln_final and the unembedding,
-    after the embedding and every block: P(correct a1), top-1, entropy, candidate loss on a1."""
+    after the embedding and every block: P(correct a1), top-1, entropy, candidate loss on a1
+    (another task: at its focus predictions, with their loss)."""
     from selector_lens.analysis.lens import logit_lens
 
-    r = _open_run(run, "logit-lens")
+    r = _open_run(run, "logit-lens", any_task=True)
     df = logit_lens(r, r.select_steps(step=step, phase=phase, every=every))
     if json_out:
         fmt.json_line(df.to_dict(orient="records"))
@@ -174,11 +162,21 @@ def logit_lens_cmd(
     more = (
         "" if len(shown) == len(steps) else f"; {len(shown)} of {len(steps)} steps, --all for each"
     )
+    selector = r.config.task.name == "selector"
+    where = "the a1-predicting position" if selector else "the task's focus predictions"
+    last = "candidate_loss" if selector else "loss"
     fmt.table(
-        f"{r.path}: logit lens at the a1-predicting position (layer 0 = embedding{more})",
-        ["step", "layer", "P(correct)", "top-1", "entropy", "candidate loss"],
+        f"{r.path}: logit lens at {where} (layer 0 = embedding{more})",
         [
-            [int(x.step), int(x.layer), x.p_correct, x.top1, x.entropy, x.candidate_loss]
+            "step",
+            "layer",
+            "P(correct)",
+            "top-1",
+            "entropy",
+            "candidate loss" if selector else "loss",
+        ],
+        [
+            [int(x.step), int(x.layer), x.p_correct, x.top1, x.entropy, getattr(x, last)]
             for x in df[df.step.isin(shown)].itertuples()
         ],
     )
@@ -198,7 +196,7 @@ def weights_cmd(
     consecutive displacements (per weight matrix in --json)."""
     from selector_lens.analysis.trajectory import weight_trajectory
 
-    r = _open_run(run, "weights")
+    r = _open_run(run, "weights", any_task=True)
     df = weight_trajectory(r, r.select_steps(every=every))
     if json_out:  # undefined displacement / cosine (first checkpoints) as null
         fmt.json_line(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
@@ -289,14 +287,40 @@ def patch(
     examples: int = typer.Option(200, help="Examples in the patching batch (seeded)."),
     json_out: JsonOpt = False,
 ):
-    """Patch clean activations into a z-corrupted run: which layer and position carry z."""
+    """Patch clean activations into a z-corrupted run: which layer and position carry z
+    (another task: into its own corrupted input, `corrupt`, read on its focus loss)."""
     from selector_lens.analysis.patching import patch_series
 
-    r = _open_run(run, "patch")
+    r = _open_run(run, "patch", any_task=True)
     steps = [s for _, s in _steps(r, step, phase, every)]
     df = patch_series(r, site, steps, n_examples=examples)
     if json_out:
         fmt.json_line(df.to_dict(orient="records"))
+        return
+    if r.config.task.name != "selector":
+        for s, part in df.groupby("step"):
+            first = part.iloc[0]
+            title = (
+                f"step {s}: {site} patched from clean into the corrupted input; the recovered "
+                f"share of the focus loss (corrupted {first.corrupt_loss:.3f} nats -> 0, clean "
+                f"{first.clean_loss:.3f} -> 1)"
+            )
+            if site == "z":  # every position at once: one number per head
+                fmt.table(
+                    title + "; rows: layers, columns: heads",
+                    ["", *(f"H{h}" for h in sorted(part["head"].unique()))],
+                    [
+                        [f"L{layer}", *(f"{v:.2f}" for v in rows.sort_values("head").value)]
+                        for layer, rows in part.groupby("layer")
+                    ],
+                )
+                continue
+            wide = part.pivot_table(index="layer", columns="pos", values="value")
+            fmt.table(
+                title + "; columns: positions",
+                ["", *map(str, wide.columns)],
+                [[f"L{i}", *(f"{v:.2f}" for v in wide.loc[i])] for i in wide.index],
+            )
         return
     z0 = r.config.task.z_positions[0]  # earlier positions cannot see z (causal): always 0
     for s, part in df[df.pos >= z0].groupby("step"):
@@ -346,7 +370,7 @@ def landscape(
     """Hessian λmax / λmin and the gradient-noise share along the top curvature directions."""
     from selector_lens.analysis.landscape import landscape as measure
 
-    r = _open_run(run, "landscape")
+    r = _open_run(run, "landscape", any_task=True)
     labelled = _steps(r, step, phase, every)
     paper = {} if estimator == "lanczos" else {"estimator": estimator}
     df = measure(
@@ -408,7 +432,7 @@ def analyze(
     routing head, head ablations at pre / mid / post, patching, logit lens, attention explorer."""
     from selector_lens.analysis.tables import analyze as run_analyze
 
-    r = _open_run(run, "analyze")
+    r = _open_run(run, "analyze", any_task=True)
     seconds = run_analyze(r, recompute=recompute)
     if json_out:
         fmt.json_line({"run": str(r.path), "seconds": seconds})
@@ -451,7 +475,7 @@ def dashboard(
         path = sweep_dashboard(sweep, output)
     else:
         path = run_dashboard(
-            _open_run(run, "dashboard"),
+            _open_run(run, "dashboard", any_task=True),
             output,
             ablation=ablation,
             patch_steps=patch_steps,

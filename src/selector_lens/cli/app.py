@@ -97,14 +97,15 @@ def config_options(func):
     return func
 
 
-def _open_run(run: Path | None, command: str):
-    """The run (the latest one if None) for `command`, which reads the selector's positions and
-    metrics (z, the candidates): a run of another task is one clear line."""
+def _open_run(run: Path | None, command: str, any_task: bool = False):
+    """The run (the latest one if None) for `command`. A command that reads the selector's
+    positions and metrics (z, the candidates) and not a task's protocol (`any_task` False) says
+    so in one line for a run of another task."""
     from selector_lens.runs.run import Run
 
     r = Run.open(run, progress=True) if run is not None else Run.latest(progress=True)
     task = r.config.task
-    if task.name != "selector":
+    if task.name != "selector" and not any_task:
         raise SelectorLensError(
             f"`{command}` reads the selector's positions and metrics (z, the candidates); "
             f"{r.path} is a run of the {task.name} task, which it does not read yet"
@@ -116,7 +117,7 @@ def _steps(run, step, phase, every) -> list[tuple[str | None, int]]:
     """`Run.labelled_steps`, saying so when a run without τ falls back to its final step."""
     if step is None and phase is None and every is None and run.tau() is None:
         print(
-            f"note: {run.path} never reaches candidate loss < 0.5 log K; reporting the final step only",
+            f"note: {run.path} never reaches {run.transition_line()}; reporting the final step only",
             file=sys.stderr,
         )
     return run.labelled_steps(step, phase, every)

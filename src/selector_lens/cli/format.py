@@ -60,6 +60,19 @@ def train_summary(s: dict) -> None:
         return "-" if v is None else format(v, spec) if isinstance(v, float) else str(v)
 
     table = Table(title=f"{s['run']} ({s['status']})", show_header=False)
+    if "plateau_over_log_k" not in s:  # another task: its transition and its last row
+        definition = (s.get("tau_definition") or "").strip().splitlines()[0:1]
+        table.add_row(
+            f"transition ({definition[0].rstrip('.') if definition else 'its step'})",
+            fmt(s["tau"]) if s["tau"] is not None else "no transition",
+        )
+        table.add_row("final step", fmt(s["final_step"]))
+        for key, v in s.items():
+            if key.startswith("final_") and key != "final_step" and isinstance(v, (int, float)):
+                table.add_row(key.removeprefix("final_"), fmt(v))
+        table.add_row("wall time (s)", fmt(s.get("wall_time_s"), ".1f"))
+        console().print(table)
+        return
     table.add_row("plateau height / log K", fmt(s["plateau_over_log_k"], ".3f"))
     table.add_row(
         "tau (cand. loss < 0.5 log K)", fmt(s["tau"]) if s["tau"] is not None else "no transition"
@@ -130,3 +143,54 @@ def fit_tables(sweep_dir, runs, result) -> None:
             ["fit", "exponent", "R²", "points"],
             rows,
         )
+
+
+def ablation_table(r, records: list[dict], mode: str, keep_only: bool, all_heads: bool) -> None:
+    """`ablate-head`'s table: per step the most damaging head first (kept alone: the best one
+    first), marked; the selector's candidate loss and Δz, another task's headline metric."""
+    from selector_lens.task.protocol import headline
+
+    task = r.config.task
+    selector = task.name == "selector"
+    rank = "candidate_loss" if selector else headline(task)
+    what = "kept alone" if keep_only else f"{mode}-ablated"
+    tau = r.tau()
+    records.sort(key=lambda x: (x["step"], -(x["delta"][rank] or 0) * (1, -1)[keep_only]))
+    top = {}
+    for x in records:
+        top.setdefault(x["step"], (x["layer"], x["head"]))
+
+    def phase_of(x):
+        frac = "" if not tau else f" ({x['step'] / tau:.2f} τ)"
+        return f"{x['phase'] or ''}{frac}".strip() or None
+
+    def head_of(x):
+        marked = all_heads and top[x["step"]] == (x["layer"], x["head"])
+        return f"L{x['layer']}H{x['head']}" + (" ◀ top" if marked else "")
+
+    if selector:
+        title = f"log K {task.log_k:.3f}"
+        columns = ["cand. loss", "ablated", "Δ cand.", "Δ loss", "Δz clean", "Δ Δz"]
+        cells = lambda x: [  # noqa: E731
+            x["clean"]["candidate_loss"],
+            x["ablated"]["candidate_loss"],
+            x["delta"]["candidate_loss"],
+            x["delta"]["loss"],
+            x["clean"]["dz"],
+            x["delta"]["dz"],
+        ]
+    else:
+        title = f"the {task.name} task, heads ranked by {rank}"
+        others = [m for m in records[0]["delta"] if m != rank] if records else []
+        columns = [rank, "ablated", f"Δ {rank}", *(f"Δ {m}" for m in others)]
+        cells = lambda x: [  # noqa: E731
+            x["clean"][rank],
+            x["ablated"][rank],
+            x["delta"][rank],
+            *(x["delta"][m] for m in others),
+        ]
+    table(
+        f"{r.path}: heads {what}; losses in nats; τ {tau if tau else 'none'}; {title}",
+        ["step", "phase", "head", *columns],
+        [[x["step"], phase_of(x), head_of(x), *cells(x)] for x in records],
+    )

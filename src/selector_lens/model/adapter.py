@@ -52,7 +52,7 @@ def hooked_config(cfg: ModelConfig, task: Task, seed: int, device: str = "cpu"):
         attn_only=cfg.attn_only,
         act_fn=cfg.act_fn,
         normalization_type=cfg.normalization_type,
-        positional_embedding_type="standard",
+        positional_embedding_type=cfg.positional_embedding_type,
         n_ctx=n_ctx,
         d_vocab=task.d_vocab,
         seed=seed,
@@ -62,7 +62,12 @@ def hooked_config(cfg: ModelConfig, task: Task, seed: int, device: str = "cpu"):
 
 # Fields added after checkpoints were first written, at the value that reproduces the old
 # behaviour: left out of the hash, so those checkpoints still belong to their runs.
-LATER_FIELDS = {"parity": "ours", "z_groups": 1, "attn_only": False}
+LATER_FIELDS = {
+    "parity": "ours",
+    "z_groups": 1,
+    "attn_only": False,
+    "positional_embedding_type": "standard",
+}
 
 
 def config_hash(*configs) -> str:

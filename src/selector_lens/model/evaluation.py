@@ -5,6 +5,7 @@ on (its `loss_start` to the end)."""
 from __future__ import annotations
 
 import torch
+from jaxtyping import Bool, Float, Int
 
 from selector_lens.model import fused
 from selector_lens.model.metrics import evaluate as selector_evaluate
@@ -29,3 +30,16 @@ def loss_and_accuracy(model, tokens: torch.Tensor, start: int, intervention=None
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
     acc = (logits.argmax(-1) == targets).float().mean()
     return {"loss": float(loss), "token_acc": float(acc)}
+
+
+def focus_loss(
+    logits: Float[torch.Tensor, "n seq vocab"],
+    tokens: Int[torch.Tensor, "n seq"],
+    mask: Bool[torch.Tensor, "n seq_minus_1"],
+) -> Float[torch.Tensor, ""]:
+    """Mean next-token loss of `tokens` over the predictions `mask` marks (a task's `focus`)."""
+    mask = mask.to(logits.device)
+    losses = torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten().to(logits.device), reduction="none"
+    ).view(mask.shape)
+    return losses[mask].mean()

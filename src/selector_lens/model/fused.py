@@ -96,6 +96,21 @@ def supports(model) -> bool:
     )
 
 
+def _plain(models, tokens, single, fwd_hooks, positions, start_at_layer, stop_at_layer):
+    """`forward`'s answer from each HookedTransformer itself (`run_with_hooks`), for a model
+    `supports` refuses: the same logits (or residual stream), TransformerLens's speed."""
+    out = []
+    for i, m in enumerate(models):
+        x = m.run_with_hooks(
+            tokens if single else tokens[i],
+            fwd_hooks=list(fwd_hooks),
+            start_at_layer=start_at_layer or None,
+            stop_at_layer=stop_at_layer,
+        )
+        out.append(x if positions is None or stop_at_layer is not None else x[:, positions])
+    return out[0] if single else torch.stack(out)
+
+
 def hooked(model) -> bool:
     """Are TransformerLens hooks attached to the model? (`forward` would not run them.)"""
     return any(hp._forward_hooks or hp._backward_hooks for hp in model.hook_dict.values())
@@ -177,6 +192,10 @@ def forward(
     keep_freed_memory()
     single = not isinstance(models, (list, tuple))
     models = [models] if single else list(models)
+    if not supports(models[0]):  # another architecture (a shortformer, say): the model itself
+        if past or keep_kv or start_z is not None or replaced:
+            raise ValueError("fused.forward's cached passes need a model it supports")
+        return _plain(models, tokens, single, fwd_hooks, positions, start_at_layer, stop_at_layer)
     if single:
         tokens = tokens.unsqueeze(0)
     for m in models:

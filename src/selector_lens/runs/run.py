@@ -233,12 +233,20 @@ class Run:
             return task.transition(self.metric_rows(), threshold)
         return task.transition(self.metric_rows())
 
+    def transition_line(self, threshold: float = 0.5) -> str:
+        """What the run's task calls its transition, in words."""
+        task = self.config.task
+        if task.name == "selector":
+            return f"candidate loss < {threshold} log K"
+        return f"its {task.name} transition ({(task.transition.__doc__ or '').strip().rstrip('.')})"
+
     def require_tau(self, consequence: str, threshold: float = 0.5) -> int:
         """τ, or one clear error saying the run has not transitioned and what follows from it."""
         t = self.tau(threshold)
         if t is None:
             raise SelectorLensError(
-                f"{self.path} never reaches candidate loss < {threshold} log K (no transition yet): {consequence}"
+                f"{self.path} never reaches {self.transition_line(threshold)} (no transition "
+                f"yet): {consequence}"
             )
         return t
 
@@ -274,7 +282,10 @@ class Run:
             return [(labels.get(s), s) for s in steps]
         if self.tau() is None:
             return [("final", self.steps[-1])] if self.steps else self.select_steps()
-        return list(self.phases().items())
+        first = {}  # a checkpoint two phases share (sparse checkpoints) is read once
+        for label, s in self.phases().items():
+            first.setdefault(s, label)
+        return [(label, s) for s, label in first.items()]
 
     def select_steps(self, step=None, phase=None, every=None, around_tau=None) -> list[int]:
         """One selection rule: a step, a phase name, every n-th checkpoint, or those within

@@ -77,6 +77,21 @@ class ModularTask:
         "b": 'from "=" to the second operand',
     }
 
+    headline: ClassVar[str] = "test_loss"
+
+    def position_pairs(self, es: ModularData) -> dict:
+        n = len(es.tokens)
+        at = lambda pos: torch.full((n, 1), pos)  # noqa: E731
+        return {"a": (at(2), at(0)), "b": (at(2), at(1))}
+
+    def corrupt(self, es: ModularData, seed: int = 0) -> torch.Tensor:
+        """Each example's b moved to another residue: the answer changes."""
+        g = torch.Generator().manual_seed(seed)
+        tokens = es.tokens.clone()
+        shift = torch.randint(1, self.p, (len(tokens),), generator=g)
+        tokens[:, 1] = (tokens[:, 1] + shift) % self.p
+        return tokens
+
     def split(self):
         """Indices of all p² pairs (a * p + b), training ones first: a seeded permutation."""
         g = torch.Generator().manual_seed(self.seed)

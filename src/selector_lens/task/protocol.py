@@ -22,6 +22,17 @@ with a handful of members; the model, the optimizer and the run directory stay i
     positions       {name: what it is}: the positions of interest (attention from a query position
                     to a key position), named
 
+Optional members, read by the instruments (`ablate-head`, `attention`, `patch`, `dashboard`)
+through the functions below, each with a default or one clear line where it is missing:
+
+    headline        the metric the instruments rank heads by (default "loss")
+    focus(es)       Bool [examples, seq_len - 1]: the predictions the transition is about, over
+                    `es.tokens` (default: every prediction from loss_start on)
+    position_pairs(es)  {name: (queries, keys)}, each Int [examples, pairs]: where each named
+                    position of interest points in each example of `es.tokens`
+    corrupt(es, seed)   `es.tokens` with what the focus predictions need taken away (the
+                    selector: z deranged): patching's corrupted input and the Δ gap's
+
 The selector (`SelectorTask`) is the first implementation; `modular.ModularTask` the second. A
 user's task is one class in a file (`--task path/to/file.py:ClassName`): a task file is Python
 and runs with the user's rights when loaded.
@@ -141,6 +152,52 @@ def task_class(name: str) -> type:
     if name not in BUILT_IN and module_name.endswith(".py"):  # by its full path: a run of it
         cls.source = f"{Path(module_name).resolve()}:{attr}"  # opens from any directory
     return cls
+
+
+def headline(task) -> str:
+    """The metric a task's heads are ranked by (its `headline`, else the loss)."""
+    return getattr(task, "headline", "loss")
+
+
+def focus(task, es):
+    """Bool [examples, seq_len - 1]: the predictions the task's transition is about."""
+    if hasattr(task, "focus"):
+        return task.focus(es)
+    import torch
+
+    mask = torch.zeros(len(es.tokens), task.seq_len - 1, dtype=torch.bool)
+    mask[:, task.loss_start :] = True
+    return mask
+
+
+NEEDS = {
+    "position_pairs": "names no positions of interest: give it a position_pairs(es) method",
+    "corrupt": "has no corrupted input to patch from: give it a corrupt(es, seed) method",
+}
+
+
+def require(task, member: str) -> None:
+    """One clear line for a task without an optional member an instrument reads."""
+    if not hasattr(task, member):
+        raise SelectorLensError(f"the {task.name} task {NEEDS[member]} (docs/recipes/tasks.md)")
+
+
+def position_pairs(task, es) -> dict:
+    """{name: (queries, keys)} of the task's positions of interest, or one clear line."""
+    require(task, "position_pairs")
+    return task.position_pairs(es)
+
+
+def corrupted(task, es, seed: int = 0):
+    """The task's corrupted copy of `es.tokens`, or one clear line."""
+    require(task, "corrupt")
+    tokens = task.corrupt(es, seed)
+    if tuple(tokens.shape) != tuple(es.tokens.shape):
+        raise SelectorLensError(
+            f"the {task.name} task's corrupt() returned shape {tuple(tokens.shape)}, not "
+            f"{tuple(es.tokens.shape)} like its tokens"
+        )
+    return tokens
 
 
 def task_name(task) -> str:

@@ -38,7 +38,8 @@ class _CtrlC:
 
 
 class _Progress:
-    """A rich progress bar: step, train loss, candidate loss against log K."""
+    """A rich progress bar: step, train loss, and the selector's candidate loss against log K
+    (another task: its headline metric)."""
 
     def __init__(self, cfg: TrainConfig, start: int):
         from rich.progress import (
@@ -49,7 +50,10 @@ class _Progress:
             TimeRemainingColumn,
         )
 
+        from selector_lens.task.protocol import headline
+
         self.log_k = getattr(cfg.task, "log_k", None)  # the selector's candidate loss
+        self.headline = None if cfg.task.name == "selector" else headline(cfg.task)
         self.p = Progress(
             TextColumn("[bold]train"),
             BarColumn(),
@@ -70,13 +74,17 @@ class _Progress:
         self._show(step)
 
     def update(self, step: int, row: dict):
-        c = row.get("candidate_loss")
-        self.cand = "-" if c is None else f"{c:.3f} (log K {self.log_k:.3f})"
+        if self.headline is not None:
+            v = row.get(self.headline)
+            self.cand = "-" if not isinstance(v, (int, float)) else f"{v:.3f}"
+        else:
+            c = row.get("candidate_loss")
+            self.cand = "-" if c is None else f"{c:.3f} (log K {self.log_k:.3f})"
         self._show(step)
 
     def _show(self, step: int):
         loss = "-" if math.isnan(self.loss) else f"{self.loss:.3f}"
-        info = f"loss {loss}  cand {self.cand}"
+        info = f"loss {loss}  {self.headline or 'cand'} {self.cand}"
         self.p.update(self.t, completed=step, info=info)
         if self.lines and step >= self.next_line:
             print(f"train: step {step}/{self.total}  {info}", file=sys.stderr, flush=True)

@@ -111,7 +111,59 @@ def sweep_dashboard(root, out) -> Path:
 
 
 def run_dashboard(run, out, **options) -> Path:
-    """The run's story on one page: `gather` (from the store), then draw."""
+    """The run's story on one page: `gather` (from the store), then draw (another task's:
+    `task_dashboard`)."""
     from selector_lens.analysis.tables import gather
 
+    if run.config.task.name != "selector":
+        return task_dashboard(run, out, **options)
     return draw_run(gather(run, **options), out, run.path)
+
+
+def task_dashboard(run, out, **options) -> Path:
+    """Any task's page, read through the task protocol (`tables.gather_task`): its metrics,
+    attention to each of its positions of interest, the corruption gap, head ablation at the
+    phases (by its headline metric), patching of head outputs, and the attention explorer. A
+    part the task cannot give (no positions of interest, no corrupted input) is named as left
+    out."""
+    from selector_lens.analysis.tables import gather_task
+
+    t = gather_task(run, **options)
+    task, tau = run.config.task, t["tau"]
+    blocks = [_summary_table(t["summary"])]
+    blocks.append(
+        figures.metric_curves(t["metrics"], t["scalar"], tau, f"The {task.name} task's metrics")
+    )
+    if t.get("attention") is not None:
+        for position, table in t["attention"].groupby("position", sort=False):
+            blocks.append(
+                figures.attention_heatmap(
+                    table,
+                    value="attention",
+                    title=f"Attention at {position!r}: {task.positions.get(position, '')}",
+                )
+            )
+    if t.get("gap") is not None:
+        blocks.append(
+            figures.metric_curves(
+                t["gap"],
+                {"gap": "corrupted minus clean", "clean_loss": "", "corrupt_loss": ""},
+                tau,
+                "The corruption gap: the focus loss on the corrupted input minus on the clean (nats)",
+            )
+        )
+    if t.get("ablation") is not None:
+        blocks.append(figures.ablation_heatmaps(t["ablation"], t["phases"], t["ranked_by"]))
+    if t.get("patching") is not None:
+        title = "head outputs, clean into the corrupted input, share of the focus loss recovered"
+        blocks.append(figures.patching_heatmap(t["patching"], title=title))
+    if t.get("explorer") is not None:
+        patterns, examples, tokens = t["explorer"]
+        blocks.append(attention_explorer(patterns, examples, tokens, [], -1, tau))
+    if t["notes"]:
+        blocks.append(
+            "<p class='note'>Left out: " + "; ".join(html.escape(n) for n in t["notes"]) + "</p>"
+        )
+    info = {"run": str(run.path), "task": task.name, "tau": tau}
+    blocks.append(f"<script type='application/json' id='run-info'>{script_json(info)}</script>")
+    return write_html(out, f"selector-lens: {run.path.name} ({task.name})", blocks)

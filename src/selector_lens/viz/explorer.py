@@ -118,11 +118,15 @@ def attention_explorer(
         "bytes": base64.b64encode(np.round(stack * 255).astype(np.uint8).tobytes()).decode(),
     }
     count = html.escape(f"{len(examples)} examples x {len(steps)} checkpoints")
+    marks = (
+        "Outlined and bold: <span style='color:red'>the z keys</span> and "
+        "<span style='color:darkorange'>the query that predicts a1</span>. "
+        if z_positions
+        else ""
+    )
     return (
         "<h2>Attention explorer</h2>"
-        f"<p>{count} stored; choose here. Outlined and bold: "
-        "<span style='color:red'>the z keys</span> and "
-        "<span style='color:darkorange'>the query that predicts a1</span>. "
+        f"<p>{count} stored; choose here. {marks}"
         "Click a head in the grid to open it alone.</p>"
         "<div class='fig explorer'><div class='controls'>"
         "<label>example <select id='explorer-example'></select></label> "

@@ -139,11 +139,31 @@ def head_labels(n_layers: int, n_heads: int) -> list[str]:
     return [f"L{l}H{h}" for l in range(n_layers) for h in range(n_heads)]
 
 
-def attention_heatmap(attn, routing_head: str | None = None, max_steps: int = 400) -> go.Figure:
-    """Attention to z as a head x step heatmap (table from `attention_to_z`); routing head boxed."""
+def metric_curves(metrics, names: dict[str, str], tau: int | None, title: str) -> go.Figure:
+    """Each of a task's metrics named in `names` ({column: its description}) against step, with
+    the transition step."""
+    fig = go.Figure()
+    for col, text in names.items():
+        if col in metrics and metrics[col].notna().any():
+            fig.add_scatter(x=metrics.step, y=metrics[col], name=col, mode="lines", hovertext=text)
+    if tau is not None:
+        fig.add_vline(x=tau, line_color="crimson", annotation_text=f"transition {tau}")
+    fig.update_layout(title=title, xaxis_title="step")
+    return fig
+
+
+def attention_heatmap(
+    attn,
+    routing_head: str | None = None,
+    max_steps: int = 400,
+    value: str = "attn_to_z",
+    title: str = "Attention from the a1-predicting position onto z",
+) -> go.Figure:
+    """Attention as a head x step heatmap (the selector's: `attention_to_z`, onto z; any task's:
+    `attention_to_positions`, one position of interest); a named head boxed."""
     steps = thin(attn.step.unique(), max_steps)
     table = attn[attn.step.isin(steps)]
-    wide = table.pivot_table(index=["layer", "head"], columns="step", values="attn_to_z")
+    wide = table.pivot_table(index=["layer", "head"], columns="step", values=value)
     labels = [f"L{l}H{h}" for l, h in wide.index]
     fig = go.Figure(
         go.Heatmap(
@@ -153,7 +173,7 @@ def attention_heatmap(attn, routing_head: str | None = None, max_steps: int = 40
             colorscale="Viridis",
             zmin=0,
             zmax=1,
-            colorbar_title="mass on z",
+            colorbar_title="mass on z" if value == "attn_to_z" else "attention",
             hovertemplate="%{y} step %{x}: %{z:.3f}<extra></extra>",
         )
     )
@@ -169,10 +189,10 @@ def attention_heatmap(attn, routing_head: str | None = None, max_steps: int = 40
             y1=i + 0.5,
             line=dict(color="red", width=2),
         )
-        boxed = f" (red box: the routing head, {routing_head})"
+        boxed = f" (red box: {routing_head})"
     fig.update_layout(
         yaxis_title="head",
-        title="Attention from the a1-predicting position onto z" + boxed,
+        title=title + boxed,
         xaxis_title="step",
         yaxis=dict(autorange="reversed"),
     )
@@ -256,15 +276,22 @@ def _slider(n_frames: int, per_frame: int, labels, prefix: str) -> list[dict]:
     return [dict(active=n_frames - 1, steps=steps, currentvalue=dict(prefix=prefix), pad={"t": 70})]
 
 
-def patching_heatmap(table, token_labels: list[str] | None = None) -> go.Figure:
-    """Layer x position heatmap of a patching table (from `patch_series`), a slider over steps."""
+def patching_heatmap(
+    table,
+    token_labels: list[str] | None = None,
+    title: str = "clean into z-corrupted, normalised logit difference",
+) -> go.Figure:
+    """Layer x position heatmap of a patching table (from `patch_series`; layer x head where the
+    table patched heads at every position at once), a slider over steps."""
     steps = sorted(table.step.unique())
+    by_head = "head" in table and (table.pos == -1).all()
     fig = go.Figure()
     for i, step in enumerate(steps):
         part = table[table.step == step]
-        wide = part.pivot_table(index="layer", columns="pos", values="value")
+        wide = part.pivot_table(index="layer", columns="head" if by_head else "pos", values="value")
         x = [
-            f"{p}:{token_labels[p]}" if token_labels else str(p) for p in wide.columns
+            f"H{p}" if by_head else f"{p}:{token_labels[p]}" if token_labels else str(p)
+            for p in wide.columns
         ]  # unique categories
         fig.add_trace(
             go.Heatmap(
@@ -282,8 +309,8 @@ def patching_heatmap(table, token_labels: list[str] | None = None) -> go.Figure:
         )
     site = table.site.iloc[0] if len(table) else ""
     fig.update_layout(
-        title=f"Activation patching ({site}): clean into z-corrupted, normalised logit difference",
-        xaxis_title="position",
+        title=f"Activation patching ({site}): {title}",
+        xaxis_title="head (every position at once)" if by_head else "position",
         yaxis=dict(autorange="reversed", title="layer"),
         sliders=_slider(len(steps), 1, steps, "step "),
     )

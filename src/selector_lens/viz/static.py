@@ -97,3 +97,66 @@ def loglog_svg(
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+
+
+def lines_svg(
+    series: list[tuple[str, list[float], list[float]]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    mark: tuple[float, str] | None = None,
+    width: int = 640,
+    height: int = 360,
+) -> str:
+    """Curves (name, xs, ys) on linear axes with a key, and optionally a vertical line at x with
+    its label (a transition step)."""
+    xs = [x for _, sx, _ in series for x in sx]
+    ys = [y for _, _, sy in series for y in sy]
+    x0, x1 = min(xs), max(xs) or 1
+    y0, y1 = min(0.0, min(ys)), max(ys) * 1.05
+    left, right, top, bottom = 60, 20, 40, 50
+
+    def px(x):
+        return left + (x - x0) / ((x1 - x0) or 1) * (width - left - right)
+
+    def py(y):
+        return height - bottom - (y - y0) / ((y1 - y0) or 1) * (height - top - bottom)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>',
+        f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="14">{html.escape(title)}</text>',
+        f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" '
+        f'stroke="black"/><line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" '
+        f'stroke="black"/>',
+        f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">{html.escape(xlabel)}</text>',
+        f'<text x="16" y="{height / 2}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {height / 2})">{html.escape(ylabel)}</text>',
+    ]
+    for i in range(6):
+        vx, vy = x0 + i * (x1 - x0) / 5, y0 + i * (y1 - y0) / 5
+        parts.append(
+            f'<text x="{px(vx):.1f}" y="{height - bottom + 18}" text-anchor="middle">{vx:g}</text>'
+            f'<text x="{left - 8}" y="{py(vy) + 4:.1f}" text-anchor="end">{vy:.3g}</text>'
+        )
+    if mark is not None:
+        x, label = mark
+        parts.append(
+            f'<line x1="{px(x):.1f}" y1="{top}" x2="{px(x):.1f}" y2="{height - bottom}" '
+            f'stroke="crimson" stroke-dasharray="4 3"/>'
+            f'<text x="{px(x) + 4:.1f}" y="{top + 12}" fill="crimson">{html.escape(label)}</text>'
+        )
+    for i, (name, sx, sy) in enumerate(series):
+        color = COLORS[i % len(COLORS)]
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(sx, sy))
+        parts.append(
+            f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>'
+            f'<line x1="{width - 200}" y1="{top + 14 + 16 * i}" x2="{width - 180}" '
+            f'y2="{top + 14 + 16 * i}" stroke="{color}" stroke-width="2"/>'
+            f'<text x="{width - 175}" y="{top + 18 + 16 * i}">{html.escape(name)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)

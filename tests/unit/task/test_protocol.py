@@ -230,3 +230,24 @@ def test_the_published_grokking_summary_is_its_runs():
     summary = json.loads((PUBLISHED_MODULAR / "summary.json").read_text())
     run = sl.Run.open(PUBLISHED_MODULAR / "runs" / summary["run"])
     assert {**run.config.task.grokking(run.metric_rows()), "run": summary["run"]} == summary
+
+
+PUBLISHED_TASKS = PUBLISHED_MODULAR.parent
+
+
+@pytest.mark.parametrize("task", ["modular", "induction"])
+def test_a_published_task_summary_and_dashboard_come_from_its_runs(task, tmp_path):
+    import json
+
+    from selector_lens.analysis.tables import task_result
+    from selector_lens.viz.dashboard import run_dashboard
+
+    folder = PUBLISHED_TASKS / task
+    if not (folder / "summary.json").is_file():
+        pytest.skip("not published")
+    summary = json.loads((folder / "summary.json").read_text())
+    run = sl.Run.open(folder / "runs" / summary["run"])
+    assert not run.has_weights  # everything below is read from the published store
+    assert {"run": summary["run"], **task_result(run)} == summary
+    page = run_dashboard(run, tmp_path / "d.html").read_text()
+    assert "Left out" not in page and "Attention explorer" in page
