@@ -238,7 +238,8 @@ class Run:
         task = self.config.task
         if task.name == "selector":
             return f"candidate loss < {threshold} log K"
-        return f"its {task.name} transition ({(task.transition.__doc__ or '').strip().rstrip('.')})"
+        what = (task.transition.__doc__ or "").strip().splitlines()[0:1] or ["its step"]
+        return f"its {task.name} transition ({what[0][:1].lower()}{what[0][1:].rstrip('.')})"
 
     def require_tau(self, consequence: str, threshold: float = 0.5) -> int:
         """τ, or one clear error saying the run has not transitioned and what follows from it."""
