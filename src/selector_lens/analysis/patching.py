@@ -321,10 +321,10 @@ def _patch_rows(run, site, n_examples, seed):
     return rows_at
 
 
-def _task_patch_rows(run, site, n_examples, seed):
-    """Any task's patching: its `corrupt` input, the metric its focus loss normalised (0: the
-    corrupted run's, 1: the clean run's, read against the clean tokens). Head outputs (`z`) are
-    patched at every position at once (`pos` -1); residual sites position by position."""
+def task_patching_inputs(run, n_examples: int, seed: int):
+    """Any task's patching inputs: (clean, corrupt, make_metric), the task's own corruption of a
+    seeded subset of its evaluation examples, `make_metric(model)` its focus loss normalised
+    (0: the corrupted run's, 1: the clean run's, read against the clean tokens)."""
     from selector_lens.model.evaluation import focus_loss
     from selector_lens.task.protocol import corrupted, focus
 
@@ -334,14 +334,28 @@ def _task_patch_rows(run, site, n_examples, seed):
     clean, corrupt = es.tokens[examples], corrupted(task, es, seed)[examples]
     mask = focus(task, es)[examples]
 
-    def rows_at(step, model):
-        device = next(model.parameters()).device
-        clean_loss = focus_loss(model(clean.to(device)), clean, mask).item()
-        corrupt_loss = focus_loss(model(corrupt.to(device)), clean, mask).item()
+    def make_metric(model):
+        with torch.inference_mode():
+            device = next(model.parameters()).device
+            a = focus_loss(model(clean.to(device)), clean, mask).item()
+            b = focus_loss(model(corrupt.to(device)), clean, mask).item()
 
         def metric(logits):
-            return (corrupt_loss - focus_loss(logits, clean, mask)) / (corrupt_loss - clean_loss)
+            return (b - focus_loss(logits, clean, mask)) / (b - a)
 
+        metric.clean, metric.corrupt = a, b
+        return metric
+
+    return clean, corrupt, make_metric
+
+
+def _task_patch_rows(run, site, n_examples, seed):
+    """Any task's patching (`task_patching_inputs`). Head outputs (`z`) are patched at every
+    position at once (`pos` -1); residual sites position by position."""
+    clean, corrupt, make_metric = task_patching_inputs(run, n_examples, seed)
+
+    def rows_at(step, model):
+        metric = make_metric(model)
         positions = "all" if site == "z" else None
         result = patch(model, clean, corrupt, site, metric, positions=positions)
         rows = []
@@ -355,8 +369,8 @@ def _task_patch_rows(run, site, n_examples, seed):
                 {
                     **row,
                     "value": result[idx].item(),
-                    "clean_loss": clean_loss,
-                    "corrupt_loss": corrupt_loss,
+                    "clean_loss": metric.clean,
+                    "corrupt_loss": metric.corrupt,
                 }
             )
         return rows

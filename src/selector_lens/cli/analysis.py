@@ -342,6 +342,42 @@ def patch(
 
 
 @app.command(
+    epilog="Examples:\n\n  selector-lens attribute --run checkpoints/k10\n\n"
+    "  selector-lens attribute --run checkpoints/k10 --every 4 --examples 100 --json"
+)
+def attribute(
+    run: RunOpt = None,
+    step: StepOpt = None,
+    phase: PhaseOpt = None,
+    every: EveryOpt = None,
+    examples: int = typer.Option(200, help="Examples in the patching batch (seeded)."),
+    json_out: JsonOpt = False,
+):
+    """Attribution patching: the linear estimate of patching every head's output, one forward and
+    one backward per checkpoint, against exact patching of each head on the same examples."""
+    from selector_lens.analysis.attribution import compare
+
+    r = _open_run(run, "attribute", any_task=True)
+    steps = r.select_steps(step=step, phase=phase, every=every)
+    result = compare(r, steps, n_examples=examples)
+    table = result.pop("table")
+    if json_out:
+        result["heads"] = table.drop(columns=["seconds"], errors="ignore").to_dict("records")
+        fmt.json_line(result)
+        return
+    fmt.table(
+        f"{r.path}: attribution patching (z) against exact patching, {len(steps)} checkpoints: "
+        f"correlation {fmt.number(result['correlation'])} over {result['pairs']} pairs; "
+        f"{result['seconds_attribution']:.1f} s against {result['seconds_exact']:.1f} s",
+        ["step", "correlation", "largest |exact|", "largest |gap|"],
+        [
+            [x["step"], x["correlation"], x["largest_exact"], x["max_gap"]]
+            for x in result["per_step"]
+        ],
+    )
+
+
+@app.command(
     epilog="Examples:\n\n  selector-lens landscape --run checkpoints/k10            # pre, mid, post and final\n\n"
     "  selector-lens landscape --run checkpoints/k10 --step 400 --sample 1024 --json"
 )
