@@ -78,3 +78,31 @@ def test_an_unknown_site_is_one_line(induction_run):
     with pytest.raises(sl.SelectorLensError, match="unknown site"):
         attribute(model, tokens, tokens, lambda logits: logits.sum(), site="mlp_out")
     assert torch.is_tensor(attribute(model, tokens, tokens, lambda x: x.sum(), "resid_pre"))
+
+
+def test_the_estimate_is_transformer_lens_own_attribution_patching(tmp_path):
+    """TransformerLens 3.9's node attribution (per example, averaged) on a model with MLPs: the
+    same numbers as one batched pass, for a metric that is a mean over examples."""
+    from transformer_lens.tools.analysis.attribution_patching import attribution_patch
+
+    cfg = sl.TrainConfig(task=sl.SelectorTask(k=3, n_bases=8), batch_size=16, **TRAIN,
+                         model=sl.ModelConfig(n_layers=2, n_heads=2, d_model=16, d_head=8,
+                                              d_mlp=32))  # fmt: skip
+    run = sl.train(cfg, out=tmp_path / "run")
+    model = run.model_at(30)
+    corr = z_corruption(run.task_data)
+    clean, corrupt = corr.clean[:6], corr.corrupt[:6]
+    a, b = int(corr.clean_target[0]), int(corr.corrupt_target[0])
+    assert a != b
+
+    def metric(logits):  # the same function of every example's logits: a mean over them
+        return (logits[:, corr.pos, a] - logits[:, corr.pos, b]).mean()
+
+    ours = attribute(model, clean, corrupt, metric)  # [layer, pos, head]
+    theirs = attribution_patch(model, clean, corrupt, metric).node_scores
+    heads = {
+        (n.layer, n.position, n.head): v for n, v in theirs.items() if n.kind == "attn_head_out"
+    }
+    assert len(heads) == ours.numel() and ours.abs().max() > 1e-3
+    for (layer, pos, head), v in heads.items():
+        assert ours[layer, pos, head].item() == pytest.approx(v, abs=1e-5)

@@ -2,7 +2,9 @@
 forward, one corrupted forward and one backward per batch, whatever the number of heads.
 
 Patching an activation from the clean run into the corrupted one changes a metric M by about
-(a_clean - a_corrupt) . dM/da, the gradient taken on the corrupted run. Summed over the examples
+(a_clean - a_corrupt) . dM/da, the gradient taken on the corrupted run (TransformerLens 3.9's
+`tools.analysis.attribution_patching` computes the same per example, for the bridge; this one
+takes a whole batch in one pass, and a test holds the two equal). Summed over the examples
 (the exact patch replaces the activation in every example of the batch at once) and over the
 head's dimensions, that is one number per layer, position and head, on the same scale as
 `patching.patch` (TransformerLens's conventions) with the same metrics: the selector's normalised
@@ -46,19 +48,18 @@ def attribute(
     kept = {}
 
     def keep(act, hook):
-        act.retain_grad()
         kept[hook.name] = act
         return act
 
     with torch.enable_grad():
         logits = model.run_with_hooks(corrupt_tokens, fwd_hooks=[(n, keep) for n in names])
-        metric(logits).backward()
-    model.zero_grad(set_to_none=True)
+        # the gradient onto the activations alone: no parameter's .grad is computed or touched
+        grads = torch.autograd.grad(metric(logits), [kept[n] for n in names], allow_unused=True)
     out = []
-    for name, a_clean in zip(names, clean):
-        act = kept[name]
-        effect = (a_clean - act.detach()) * act.grad  # [batch, pos, (head,) d]
-        out.append(effect.sum(0).sum(-1))
+    for name, a_clean, grad in zip(names, clean, grads):
+        act = kept[name].detach()
+        grad = torch.zeros_like(act) if grad is None else grad  # a layer the metric never reads
+        out.append(((a_clean - act) * grad).sum(0).sum(-1))  # [pos, (head)]
     return torch.stack(out).detach()
 
 
