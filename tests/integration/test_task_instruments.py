@@ -91,6 +91,16 @@ def test_zero_ablating_a_head_is_the_hand_written_hook(run):
         assert table[f"ablated_{metric}"].item() == pytest.approx(want, abs=1e-4)
 
 
+def test_keeping_every_head_ablates_nothing_and_keeping_one_costs(run):
+    every = [(layer, head) for layer in range(2) for head in range(2)]
+    step = run.steps[-1]
+    kept_all = ablate_heads(run, every, keep_only=True, steps=[step])
+    kept_one = ablate_heads(run, [(0, 0)], keep_only=True, steps=[step], mode="zero")
+    metric = "delta_" + getattr(run.config.task, "headline", "loss")
+    assert kept_all[metric].item() == pytest.approx(0.0, abs=1e-6)
+    assert kept_one[metric].item() != pytest.approx(0.0, abs=1e-6)
+
+
 def test_head_patching_matches_transformer_lens_and_the_gap_its_ends(run):
     from transformer_lens import patching
 
