@@ -145,7 +145,8 @@ def test_the_public_names_stay():
     evaluate make_eval_set tau CheckpointSeries attention_to_z attention_patterns ablate_heads
     ablate_each_head head_ablation patch patch_series z_corruption logit_diff
     normalized_logit_diff find_routing_head cascade logit_lens weight_trajectory
-    representation_stats analyze run_dashboard training_set_ablation branch branches""".split()
+    representation_stats analyze run_dashboard training_set_ablation branch branches
+    attention_to_positions corruption_gap attribute attribution_patch""".split()
     assert sorted(sl.__all__) == sorted(["__version__", *names])
     for name in names:
         assert callable(getattr(sl, name)), name

@@ -378,6 +378,46 @@ def attribute(
 
 
 @app.command(
+    epilog="Examples:\n\n  selector-lens llc --run checkpoints/k10 --phase post --lr 1e-5\n\n"
+    "  selector-lens llc --run checkpoints/k10 --every 20 --chains 2 --draws 100 --json"
+)
+def llc(
+    run: RunOpt = None,
+    step: StepOpt = None,
+    phase: PhaseOpt = None,
+    every: EveryOpt = None,
+    lr: float = typer.Option(1e-3, help="SGLD step size (epsilon)."),
+    n_beta: float | None = typer.Option(None, help="Inverse temperature x n (default n / log n)."),
+    localization: float = typer.Option(1.0, help="Pull back to the checkpoint (gamma)."),
+    chains: int = typer.Option(4, help="SGLD chains (their spread is the estimate's)."),
+    draws: int = typer.Option(1000, help="Draws per chain after the burn-in."),
+    burn_in: int = typer.Option(200, help="Steps per chain before the draws."),
+    batch_size: int = typer.Option(256, help="Examples per SGLD step."),
+    json_out: JsonOpt = False,
+):
+    """The local learning coefficient per checkpoint: devinterp's SGLD on the task's own training
+    loss, paired minibatches, the draws after the burn-in (the `slt` extra)."""
+    from selector_lens.analysis.llc import LLCSettings
+    from selector_lens.analysis.llc import llc as run_llc
+
+    r = _open_run(run, "llc", any_task=True)
+    settings = LLCSettings(lr, n_beta, localization, chains, draws, burn_in, batch_size)
+    df = run_llc(r, r.select_steps(step=step, phase=phase, every=every), settings)
+    if json_out:
+        fmt.json_line(df.to_dict(orient="records"))
+        return
+    fmt.table(
+        f"{r.path}: local learning coefficient ({chains} chains x {draws} draws, lr {lr:g}, "
+        f"n beta {df.n_beta.iloc[0]:.4g}); τ {r.tau()}",
+        ["step", "LLC", "± chains", "drift", "s", "check"],
+        [
+            [int(x.step), x.llc, x.llc_std, x.drift, x.seconds, x.flags or "ok"]
+            for x in df.itertuples()
+        ],
+    )
+
+
+@app.command(
     epilog="Examples:\n\n  selector-lens landscape --run checkpoints/k10            # pre, mid, post and final\n\n"
     "  selector-lens landscape --run checkpoints/k10 --step 400 --sample 1024 --json"
 )
