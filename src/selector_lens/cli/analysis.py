@@ -378,7 +378,7 @@ def attribute(
 
 
 @app.command(
-    epilog="Examples:\n\n  selector-lens llc --run checkpoints/k10 --phase post --lr 1e-5\n\n"
+    epilog="Examples:\n\n  selector-lens llc --run checkpoints/k10 --phase post --lr 1e-5 --chains 2\n\n"
     "  selector-lens llc --run checkpoints/k10 --every 20 --chains 2 --draws 100 --json"
 )
 def llc(
