@@ -125,7 +125,7 @@ def test_a_sweep_of_another_task_on_ray_is_the_local_one(tmp_path, task):
 
     spec = SweepSpec.load(sweep_spec(tmp_path, task))
     ray = run_sweep(spec, tmp_path / "ray", executor="ray", workers=2)
-    local = run_sweep(spec, tmp_path / "local", workers=1)
+    local = run_sweep(spec, tmp_path / "local", workers=2)  # as the Ray one: one thread each
     for a, b in zip(ray, local):
         rows_a = sl.Run.open(a["run"]).metric_rows()
         rows_b = sl.Run.open(b["run"]).metric_rows()
