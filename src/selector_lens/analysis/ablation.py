@@ -269,20 +269,25 @@ def _ablation_table(run, head_sets, mode, steps, keep_only, seed):
             trunk=ablation(every) if keep_only else None,
         )
         for i, heads in enumerate(head_sets):
-            row = {
-                "step": step,
-                "heads": "+".join(head_label(*h) for h in heads),
-                "mode": mode,
-                "keep_only": keep_only,
-            }
-            if len(heads) == 1:
-                row["layer"], row["head"] = heads[0]
-            for m in METRICS:
-                c, a = clean.get(m), ablated[i].get(m)
-                row[f"clean_{m}"], row[f"ablated_{m}"] = c, a
-                row[f"delta_{m}"] = None if c is None or a is None else a - c
-            rows.append(row)
+            rows.append(_row(step, heads, mode, keep_only, clean, ablated[i], METRICS))
     return pd.DataFrame(rows)
+
+
+def _row(step, heads, mode, keep_only, clean: dict, ablated: dict, metrics) -> dict:
+    """One ablation table row: the head set, and each metric clean, ablated and their change."""
+    row = {
+        "step": step,
+        "heads": "+".join(head_label(*h) for h in heads),
+        "mode": mode,
+        "keep_only": keep_only,
+    }
+    if len(heads) == 1:
+        row["layer"], row["head"] = heads[0]
+    for m in metrics:
+        c, a = clean.get(m), ablated.get(m)
+        row[f"clean_{m}"], row[f"ablated_{m}"] = c, a
+        row[f"delta_{m}"] = None if c is None or a is None else a - c
+    return row
 
 
 def _task_ablation_table(run, head_sets, mode, steps, keep_only, seed):
@@ -311,19 +316,7 @@ def _task_ablation_table(run, head_sets, mode, steps, keep_only, seed):
             target = [x for x in every if x not in heads] if keep_only else heads
             ablation = HeadAblation(target, mode, {t: sources[t] for t in target if t in sources})
             ablated = evaluate(task, model, es, ablation)
-            row = {
-                "step": step,
-                "heads": "+".join(head_label(*h) for h in heads),
-                "mode": mode,
-                "keep_only": keep_only,
-            }
-            if len(heads) == 1:
-                row["layer"], row["head"] = heads[0]
-            for m in names:
-                c, a = clean.get(m), ablated.get(m)
-                row[f"clean_{m}"], row[f"ablated_{m}"] = c, a
-                row[f"delta_{m}"] = None if c is None or a is None else a - c
-            rows.append(row)
+            rows.append(_row(step, heads, mode, keep_only, clean, ablated, names))
     return pd.DataFrame(rows)
 
 

@@ -391,20 +391,12 @@ def corruption_gap(run, steps=None, n_examples: int = 512, seed: int = 0, recomp
     require(run.config.task, "corrupt")
 
     def make_rows():
-        from selector_lens.model.evaluation import focus_loss
-        from selector_lens.task.protocol import corrupted, focus
+        _, _, make_metric = task_patching_inputs(run, n_examples, seed)
 
-        task, es = run.config.task, run.eval_set()
-        n = min(n_examples, len(es.tokens))
-        pick = np.sort(np.random.default_rng(seed).choice(len(es.tokens), n, replace=False))
-        clean, corrupt = es.tokens[pick], corrupted(task, es, seed)[pick]
-        mask = focus(task, es)[pick]
-
-        @torch.inference_mode()
-        def rows_at(step, model):
-            a = focus_loss(model(clean), clean, mask).item()
-            b = focus_loss(model(corrupt), clean, mask).item()
-            return [{"clean_loss": a, "corrupt_loss": b, "gap": b - a}]
+        def rows_at(step, model):  # the focus losses patching normalises by
+            metric = make_metric(model)
+            return [{"clean_loss": metric.clean, "corrupt_loss": metric.corrupt,
+                     "gap": metric.corrupt - metric.clean}]  # fmt: skip
 
         return rows_at
 
