@@ -70,6 +70,9 @@ def test_the_attribute_command_reads_any_task(induction_run):
     assert {"value", "estimate", "layer", "head"} <= set(out["heads"][0])
     text = cli("attribute", "--run", induction_run.path, "--step", "30", "--examples", "32")
     assert "attribution patching (z) against exact patching" in text.stdout
+    # what the command stored, the task's dashboard draws (with the task's loss beside it)
+    page = sl.run_dashboard(induction_run, induction_run.path / "d.html", ablation=False)
+    assert "attribution patching: each head" in page.read_text()
 
 
 def test_an_unknown_site_is_one_line(induction_run):

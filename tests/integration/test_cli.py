@@ -241,16 +241,41 @@ def tiny_run(tmp_path_factory):
         "--lr",
         "0.003",
         "--no-early-stop",
-        "--analyze",
         "--out",
         str(path),
         "--json",
     )
     assert out.returncode == 0, out.stderr
-    stored = json.loads(out.stdout)["analyze_s"]  # train --analyze filled the store
+    stored = json.loads(out.stdout)["analyze_s"]  # train (--analyze by default) filled the store
     assert {"patching", "logit_lens", "explorer"} <= set(stored)
     assert (path / "analyses" / "patching").is_dir()
     return path
+
+
+def test_the_answers_are_ready_when_training_ends(tiny_run, tmp_path):
+    """After `train`, the routing head is read from the store (TransformerLens never imported)
+    and equals a fresh computation; `--no-analyze` stores nothing."""
+    code = (
+        "import sys, json; import selector_lens as sl\n"
+        f"out = sl.find_routing_head(sl.Run.open({str(tiny_run)!r}))\n"
+        "print(json.dumps([out['label'], out['delta_candidate_loss'], out['best_sufficient_head'], "
+        "'transformer_lens' in sys.modules, 'torch' in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    label, delta, alone, tl, torch_loaded = json.loads(out.stdout)
+    assert not tl and not torch_loaded
+    from selector_lens.analysis.ablation import ablate_each_head
+
+    run = sl.Run.open(tiny_run)
+    post = run.phases()["post"]
+    fresh = ablate_each_head(run, [post], recompute=True)
+    best = fresh.loc[fresh.delta_candidate_loss.idxmax()]
+    assert label == f"L{best['layer']}H{best['head']}" and delta == best.delta_candidate_loss
+    bare = tmp_path / "bare"
+    out = cli("train", *TINY, "--steps", "20", "--no-analyze", "--out", str(bare), "--json")
+    assert out.returncode == 0 and "analyze_s" not in json.loads(out.stdout)
+    assert not (bare / "analyses").exists()
 
 
 @pytest.mark.slow

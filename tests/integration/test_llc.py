@@ -62,7 +62,8 @@ def test_the_default_estimate_lands_within_15_percent(make, arg):
 
 
 def test_a_hotter_sampler_is_caught():
-    """The same regression at 30 x the step: the estimate leaves the band (the test can fail)."""
+    """The same regression at ~40 x the default step: the estimate leaves the band (the test can
+    fail)."""
     model, loss, true = regression(2)
     out = estimate(model, ROWS, loss, N, LLCSettings(lr=3e-2))
     assert abs(out["llc"] / true - 1) > 0.15 or out["flags"]
@@ -101,3 +102,44 @@ def test_without_devinterp_it_is_one_line(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", refuse)
     with pytest.raises(sl.SelectorLensError, match=r"pip install 'selector-lens\[slt\]'"):
         estimate(Weights(1), ROWS, lambda m, ids: m.w.sum().expand(len(ids), 1), N)
+
+
+def test_the_dashboard_shows_the_stages(tmp_path):
+    """The stages panel draws what the store keeps: the LLC with its chains' spread as a band,
+    each head's attribution summed over positions per checkpoint, one slider marking the same
+    step on both rows (and τ kept on each); one of the two stored: a note naming the command
+    that adds the other."""
+    from selector_lens.analysis.attribution import attribution_series
+    from selector_lens.analysis.tables import gather
+    from selector_lens.viz.stages import stages_panel
+    from tests.helpers import tiny
+
+    run = sl.train(tiny(steps=20, ckpt_every=10), out=tmp_path / "r")
+    t = gather(run, ablation=False, patch_steps=0, explorer_steps=0, lens_steps=0)
+    assert t.llc is None and t.attribution is None and not any("llc" in n for n in t.notes)
+    attribution = attribution_series(run, "z", [0, 10, 20], n_examples=8)
+    t = gather(run, ablation=False, patch_steps=0, explorer_steps=0, lens_steps=0)
+    assert t.llc is None and any("selector-lens llc --every 4" in n for n in t.notes)
+    table = llc(run, [10, 20], LLCSettings(chains=2, draws=10, burn_in=2, batch_size=16))
+    t = gather(run, ablation=False, patch_steps=0, explorer_steps=0, lens_steps=0)
+    assert list(t.llc.llc) == list(table.llc) and len(t.attribution) == len(attribution)
+
+    fig = stages_panel(t.metrics, "loss", "loss", t.llc, t.attribution, tau=15)
+    hi, lo, mean = fig.data[1], fig.data[2], fig.data[3]
+    assert list(mean.y) == list(table.llc)
+    assert list(hi.y - lo.y) == pytest.approx(list(2 * table.llc_std))
+    heat = fig.data[4]
+    want = attribution.query("step == 20 and layer == 1 and head == 0").estimate.sum()
+    assert heat.y[run.config.model.n_heads] == "L1H0"
+    assert heat.z[run.config.model.n_heads][list(heat.x).index(20)] == pytest.approx(want)
+    (slider,) = fig.layout.sliders
+    assert [s.label for s in slider.steps] == ["0", "10", "20"]
+    shapes = slider.steps[1].args[0]["shapes"]
+    assert sorted((s["x0"], s["xref"]) for s in shapes) == [
+        (10, "x"),
+        (10, "x2"),
+        (15, "x"),
+        (15, "x2"),
+    ]
+    page = sl.run_dashboard(run, tmp_path / "d.html").read_text()
+    assert "Stages: the LLC beside the loss" in page

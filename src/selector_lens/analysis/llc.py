@@ -35,11 +35,16 @@ from selector_lens.lazy import lazy_module
 torch = lazy_module("torch")  # imported on first use: a stored table needs no torch
 
 
+STEP = 0.1  # the default epsilon x n_beta: SGLD's pull per step is epsilon n_beta / 2 x the
+# loss's curvature, so this product, not epsilon, is what carries from one model to another (the
+# toy models at n = 1,000 and the paper's transformers at n = 10,000 settle at the same one)
+
+
 @dataclass(frozen=True)
 class LLCSettings:
     """The SGLD sampler's settings. `n_beta` None: n / log n, n the training examples."""
 
-    lr: float = 1e-3  # the SGLD step size (devinterp's lr, epsilon)
+    lr: float | None = None  # the SGLD step (devinterp's lr, epsilon); None: STEP / n_beta
     n_beta: float | None = None  # the inverse temperature times n
     localization: float = 1.0  # gamma: the pull back to the checkpoint (devinterp's default: 0)
     chains: int = 4
@@ -49,7 +54,12 @@ class LLCSettings:
     seed: int = 0
 
     def __post_init__(self):
-        if self.lr <= 0 or self.chains < 1 or self.draws < 1 or self.burn_in < 0:
+        if (
+            (self.lr is not None and self.lr <= 0)
+            or self.chains < 1
+            or self.draws < 1
+            or self.burn_in < 0
+        ):
             raise SelectorLensError("the LLC needs lr > 0, chains >= 1, draws >= 1, burn_in >= 0")
         if self.batch_size < 1 or self.localization < 0:
             raise SelectorLensError("the LLC needs batch_size >= 1 and localization >= 0")
@@ -79,6 +89,7 @@ def estimate(model, tokens, loss_fn, n: int, settings: LLCSettings = LLCSettings
 
     s = settings
     n_beta = s.n_beta if s.n_beta is not None else n / math.log(n)
+    lr = s.lr if s.lr is not None else STEP / n_beta
     anchor = copy.deepcopy(model).requires_grad_(False)  # the checkpoint, frozen
 
     def paired(m, input_ids):  # each batch's loss minus its loss at the checkpoint: the same
@@ -99,7 +110,7 @@ def estimate(model, tokens, loss_fn, n: int, settings: LLCSettings = LLCSettings
                 model=model,
                 dataset=dataset,
                 observables={},
-                lr=s.lr,
+                lr=lr,
                 n_beta=n_beta,
                 num_chains=s.chains,
                 num_draws=s.draws,
@@ -136,6 +147,7 @@ def estimate(model, tokens, loss_fn, n: int, settings: LLCSettings = LLCSettings
         "llc_per_chain": per_chain.tolist(),
         "drift": drift,
         "n_beta": n_beta,
+        "lr": lr,
         "trace": (n_beta * draws.mean(0)[:: max(1, draws.shape[1] // 50)]).tolist(),
         "flags": flags,
         "seconds": time.perf_counter() - t,
@@ -194,4 +206,7 @@ def llc(run, steps=None, settings: LLCSettings = LLCSettings(), recompute: bool 
         make_rows,
         recompute,
     )
-    return pd.DataFrame(table)
+    table = pd.DataFrame(table)
+    if "lr" not in table:  # rows stored before the step was recorded: always an explicit lr
+        table["lr"] = settings.lr
+    return table

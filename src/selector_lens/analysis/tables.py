@@ -41,6 +41,8 @@ class RunTables:
     lens: object = None  # logit_lens
     representations: object = None  # representation_stats
     landscape: object = None  # the landscape the store keeps (never computed here: minutes)
+    llc: object = None  # the LLC per checkpoint the store keeps (never computed here)
+    attribution: object = None  # attribution patching of head outputs the store keeps
     explorer: dict | None = None  # {step: [example, layer, head, query, key]}
     examples: list[int] = field(default_factory=list)  # the explorer's, `example` first
     example_tokens: list[list[str]] = field(default_factory=list)  # each one's tokens
@@ -203,6 +205,8 @@ def gather(
                 f"loss landscape: none stored (`selector-lens landscape --run {run.path}` adds "
                 "it, minutes at the paper's scale)"
             )
+        t.llc, t.attribution, missing = stored_stages(run)
+        t.notes += missing
         found = part(
             "explorer",
             lambda: example_patterns(run, thin(run.steps, explorer_steps), examples, recompute),
@@ -213,20 +217,52 @@ def gather(
     return t
 
 
-def _stored_landscape(run):
-    """The Lanczos landscape over the most checkpoints the store keeps, the largest sample
-    among those (None if none)."""
+def _largest_stored(run, analysis: str, version: str, keep=lambda params: True, size=None):
+    """The stored table of `analysis` (any parameters `keep` accepts) over the most checkpoints,
+    ties broken by `size(params)` (None if none): for the tables the dashboard shows but never
+    computes (minutes each)."""
     import pandas as pd
 
-    from selector_lens.analysis.landscape import LANDSCAPE_VERSION
     from selector_lens.runs.store import stored_tables
 
     ours = [
-        (len({r["step"] for r in rows}), params["sample"], rows)
-        for params, rows in stored_tables(run, "landscape", LANDSCAPE_VERSION)
-        if "estimator" not in params
+        (len({r["step"] for r in rows}), size(params) if size else 0, rows)
+        for params, rows in stored_tables(run, analysis, version)
+        if keep(params)
     ]
     return pd.DataFrame(max(ours, key=lambda x: x[:2])[2]) if ours else None
+
+
+def _stored_landscape(run):
+    """The Lanczos landscape over the most checkpoints the store keeps, the largest sample
+    among those."""
+    from selector_lens.analysis.landscape import LANDSCAPE_VERSION
+
+    return _largest_stored(
+        run, "landscape", LANDSCAPE_VERSION, lambda p: "estimator" not in p, lambda p: p["sample"]
+    )
+
+
+def stored_stages(run) -> tuple[object, object, list[str]]:
+    """The LLC and the head-output attribution the store keeps (each over the most checkpoints),
+    and, where one of the two is kept, a note for the other naming the command that adds it
+    (neither kept: no note; both are minutes at the paper's scale, asked for on purpose)."""
+    from selector_lens.analysis.attribution import ATTRIBUTION_VERSION
+    from selector_lens.analysis.llc import LLC_VERSION
+
+    llc = _largest_stored(run, "llc", LLC_VERSION, size=lambda p: p["chains"] * p["draws"])
+    attribution = _largest_stored(
+        run, "attribution", ATTRIBUTION_VERSION, lambda p: p["site"] == "z"
+    )
+    notes = [
+        f"{name}: none stored (`selector-lens {cmd} --run {run.path}` adds it)"
+        for name, cmd, table in (
+            ("the local learning coefficient", "llc --every 4", llc),
+            ("attribution patching", "attribute", attribution),
+        )
+        if table is None
+    ]
+    return llc, attribution, notes if len(notes) < 2 else []
 
 
 def gather_task(
@@ -313,6 +349,8 @@ def gather_task(
                 return patterns, chosen, [[str(x) for x in r] for r in tokens]
 
             part("explorer", explorer)
+        t["llc"], t["attribution"], missing = stored_stages(run)
+        t["notes"] += missing
     return t
 
 

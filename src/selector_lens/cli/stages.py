@@ -46,7 +46,7 @@ def attribute(
 
 
 @app.command(
-    epilog="Examples:\n\n  selector-lens llc --run checkpoints/k10 --phase post --lr 1e-5 --chains 2\n\n"
+    epilog="Examples:\n\n  selector-lens llc --run checkpoints/k10 --phase post --chains 2\n\n"
     "  selector-lens llc --run checkpoints/k10 --every 20 --chains 2 --draws 100 --json"
 )
 def llc(
@@ -54,7 +54,9 @@ def llc(
     step: StepOpt = None,
     phase: PhaseOpt = None,
     every: EveryOpt = None,
-    lr: float = typer.Option(1e-3, help="SGLD step size (epsilon)."),
+    lr: float | None = typer.Option(
+        None, help="SGLD step size (epsilon); default 0.1 / n beta (see docs/recipes/stages.md)."
+    ),
     n_beta: float | None = typer.Option(None, help="Inverse temperature x n (default n / log n)."),
     localization: float = typer.Option(1.0, help="Pull back to the checkpoint (gamma)."),
     chains: int = typer.Option(4, help="SGLD chains (their spread is the estimate's)."),
@@ -75,7 +77,8 @@ def llc(
         fmt.json_line(df.to_dict(orient="records"))
         return
     fmt.table(
-        f"{r.path}: local learning coefficient ({chains} chains x {draws} draws, lr {lr:g}, "
+        f"{r.path}: local learning coefficient ({chains} chains x {draws} draws, "
+        f"lr {df.lr.iloc[0]:.3g}, "
         f"n beta {df.n_beta.iloc[0]:.4g}); τ {r.tau()}",
         ["step", "LLC", "± chains", "drift", "s", "check"],
         [

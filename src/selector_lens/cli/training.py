@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -13,6 +14,23 @@ from selector_lens.cli import format as fmt
 from selector_lens.cli.app import ClickContext, JsonOpt, RunOpt, _open_run, app, config_options
 from selector_lens.config import RESUMABLE, from_options
 from selector_lens.errors import SelectorLensError
+
+AnalyzeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--analyze/--no-analyze",
+        help="Once training ends, compute and store what `dashboard`, `find_routing_head` and "
+        "`cascade` read, with the model's data still in memory (`selector-lens analyze`).",
+    ),
+]
+
+
+def _analyze(path: Path, quiet: bool) -> dict[str, float]:
+    """`tables.analyze` on a run just trained: the seconds each part took."""
+    from selector_lens.analysis.tables import analyze
+    from selector_lens.runs.run import Run
+
+    return analyze(Run.open(path, progress=not quiet))
 
 
 @app.command(
@@ -36,9 +54,7 @@ def train(
     restart: bool = typer.Option(
         False, help="Train the run in --out again from step 0 (what it trained is removed)."
     ),
-    analyze: bool = typer.Option(
-        False, "--analyze", help="Once training ends, compute and store what the dashboard reads."
-    ),
+    analyze: AnalyzeOpt = True,
     log: str | None = typer.Option(
         None,
         "--log",
@@ -82,10 +98,7 @@ def train(
         "session_wall_s": time.perf_counter() - t0,
     }
     if analyze:
-        from selector_lens.analysis.tables import analyze as run_analyze
-        from selector_lens.runs.run import Run
-
-        summary["analyze_s"] = run_analyze(Run.open(run.path, progress=not json_out))
+        summary["analyze_s"] = _analyze(run.path, json_out)
     if json_out:
         print(json.dumps(summary))
     else:
@@ -138,6 +151,7 @@ def branch(
         "batch of 16 x the batch; same lr, batch and examples. 0: (nearly) full batch; 1: the "
         "ordinary step, its noise recorded.",
     ),
+    analyze: AnalyzeOpt = True,
     json_out: JsonOpt = False,
 ):
     """Train on from a kept state of a run with something changed: an intervention on the
@@ -167,6 +181,8 @@ def branch(
     info = child.info
     summary = {"run": str(child.path), "status": info["status"], **info["summary"]}
     summary["branch"] = info["branch"]
+    if analyze:
+        summary["analyze_s"] = _analyze(child.path, json_out)
     if json_out:
         print(json.dumps(summary))
     else:
@@ -241,6 +257,7 @@ def sweep(
     wait: bool = typer.Option(
         False, help="If another sweep runs in this directory, wait for it instead of stopping."
     ),
+    analyze: AnalyzeOpt = True,
     json_out: JsonOpt = False,
 ):
     """Train every point of a grid, one run directory each; resumable, failures recorded (the
@@ -265,8 +282,12 @@ def sweep(
         progress=not json_out,
         wait=wait,
     )
-    wall = time.perf_counter() - t
     failed = [r for r in results if r["outcome"] == "failed"]
+    if analyze:  # each finished point, here (a point already analysed reads its store)
+        for r in results:
+            if r not in failed:
+                r["analyze_s"] = _analyze(Path(r["run"]), True)
+    wall = time.perf_counter() - t
     if json_out:
         fmt.json_line({"sweep": str(root), "wall_s": wall, "results": results})
     else:

@@ -9,6 +9,7 @@ from selector_lens.runs.transition import nominal_d
 from selector_lens.viz import figures
 from selector_lens.viz.explorer import attention_explorer
 from selector_lens.viz.page import script_json, write_html
+from selector_lens.viz.stages import stages_panel
 
 
 def _summary_table(items) -> str:
@@ -48,6 +49,9 @@ def draw_run(t, out, run_path) -> Path:
         blocks.append(figures.representation_curves(t.representations, t.tau))
     if t.landscape is not None:
         blocks.append(figures.landscape_curves(t.landscape, t.tau))
+    if t.llc is not None or t.attribution is not None:
+        loss = ("candidate_loss", "candidate loss") if t.has_candidates else ("loss", "loss")
+        blocks.append(stages_panel(t.metrics, *loss, t.llc, t.attribution, t.tau))
     if t.explorer is not None:
         blocks.append(
             attention_explorer(
@@ -157,6 +161,9 @@ def task_dashboard(run, out, **options) -> Path:
     if t.get("patching") is not None:
         title = "head outputs, clean into the corrupted input, share of the focus loss recovered"
         blocks.append(figures.patching_heatmap(t["patching"], title=title))
+    if t.get("llc") is not None or t.get("attribution") is not None:
+        label = f"loss: {task.metrics.get('loss', 'the training loss')}"
+        blocks.append(stages_panel(t["metrics"], "loss", label, t["llc"], t["attribution"], tau))
     if t.get("explorer") is not None:
         patterns, examples, tokens = t["explorer"]
         blocks.append(attention_explorer(patterns, examples, tokens, [], -1, tau))
