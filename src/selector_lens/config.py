@@ -69,6 +69,7 @@ class ModelConfig:
 
 SCHEDULES = ("constant", "cosine")
 OPTIMIZERS = ("adamw", "sgd")
+CADENCES = ("adaptive", "dense")  # when to evaluate (training/cadence.py)
 # what a resume may change: a longer budget (and whether it stops early), another device, how
 # often states are kept, and whether the step is compiled (the same step to float rounding)
 RESUMABLE = ("steps", "early_stop", "device", "state_every", "compile")
@@ -102,7 +103,16 @@ class TrainConfig:
     cosine_steps: int | None = option(
         None, "Step at which the cosine schedule reaches 0 (default: steps)."
     )
-    eval_every: int = option(50, "Steps between evaluations.")
+    eval_every: int = option(
+        50, "Steps between evaluations (adaptive cadence: the grid evaluations are taken on)."
+    )
+    eval_cadence: str = option(
+        "adaptive",
+        "adaptive: evaluate every eval_every steps while the training loss or the evaluations "
+        "move (through a transition) and every 4 x eval_every on a plateau | dense: every "
+        "eval_every steps (training/cadence.py).",
+        CADENCES,
+    )
     ckpt_every: int = option(50, "Steps between weight checkpoints.")
     state_every: int | None = option(
         None,
@@ -168,6 +178,10 @@ class TrainConfig:
             raise SelectorLensError(f"seed must be >= 0, got {self.seed}")
         if not self.early_stop_frac > 0:
             raise SelectorLensError(f"early_stop_frac must be positive, got {self.early_stop_frac}")
+        if self.eval_cadence not in CADENCES:
+            raise SelectorLensError(
+                f"unknown eval cadence {self.eval_cadence!r}; choose one of {', '.join(CADENCES)}"
+            )
         if self.schedule not in SCHEDULES:
             raise SelectorLensError(
                 f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}"
@@ -233,6 +247,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
         known = {f.name for f in fields(cls)}
+        d = {"eval_cadence": "dense", **d}  # run.json from before the cadence: every grid step
         d = {k: v for k, v in d.items() if k in known}
         task = dict(d.get("task", {}))
         kind = task_class(task.pop("name", "selector"))

@@ -117,6 +117,7 @@ def test_train_sets_every_option(monkeypatch, tmp_path):
         warmup_steps=2,
         cosine_steps=6,
         eval_every=3,
+        eval_cadence="dense",
         ckpt_every=4,
         state_every=8,
         compile=True,

@@ -411,7 +411,10 @@ def study_runs(scale: str) -> dict[str, dict[str, dict]]:
         grids = {k: v for k, v in p.items() if k != "base"}
         for part, grid in grids.items():
             key = study if part == "grid" else f"{study}/{part}"
-            parts[key] = [canonical(o) for o in _expand(p["base"], grid)]
+            # every grid step evaluated, as the published runs were (τ to the eval spacing)
+            parts[key] = [
+                canonical({"eval_cadence": "dense", **o}) for o in _expand(p["base"], grid)
+            ]
     out: dict[str, dict[str, dict]] = {}
     seen: dict[str, dict] = {}
     for key, points in parts.items():

@@ -24,6 +24,8 @@ from selector_lens.runs import rundir
 from selector_lens.runs.run import Run
 from selector_lens.runs.transition import task_summary
 from selector_lens.task.order import BatchOrder
+from selector_lens.task.protocol import headline
+from selector_lens.training.cadence import Cadence
 from selector_lens.training.console import _CtrlC, _Progress
 from selector_lens.training.interventions import (
     branch_ablation,
@@ -188,6 +190,8 @@ def _state_checksum(state: dict) -> str:
         )
     head = {k: state[k] for k in ("step", "elapsed", "settings")}
     head["param_groups"] = state["optimizer"]["param_groups"]
+    if "cadence" in state:  # (states written before it have none, and keep their checksum)
+        head["cadence"] = state["cadence"]
     return tensors_checksum(tensors) + ":" + json.dumps(head, sort_keys=True, default=str)
 
 
@@ -394,6 +398,7 @@ class _RunState:
 
         self.step, elapsed = 0, 0.0
         self.noise_state = None
+        self.cadence = Cadence(cfg.eval_every, cfg.eval_cadence == "adaptive", headline(cfg.task))
         if has_state:
             self.step, elapsed = self._load_state(device)
             self.run.model_at(self.step, self.model)
@@ -445,6 +450,7 @@ class _RunState:
         """The saved state (`read_state`), into this run's optimizer."""
         state = read_state(self.run.state_path, self.cfg, device, self.out)
         self.noise_state = state.get("noise")
+        self.cadence.load(state.get("cadence"))
         try:
             self.opt.load_state_dict(state["optimizer"])
         except Exception as e:  # a state of another model shape
@@ -494,15 +500,18 @@ class _RunState:
             for p, head, value in self.frozen:  # a branch's frozen heads: no update at all
                 p[head] = value
         last = step == cfg.steps
-        if step % cfg.eval_every == 0 or last:
+        self.cadence.observe(step, loss.item())
+        counting = cfg.early_stop and self.streak > 0  # the stop reads every grid step
+        if last or (step % cfg.eval_every == 0 and self.cadence.due(step, self.rows, counting)):
             row = self.evaluate(step)
+            self.cadence.evaluated()
             self.stopped = cfg.early_stop and self.streak >= cfg.early_stop_evals
             if self.bar:
                 self.bar.update(step, row)
         if step % cfg.ckpt_every == 0 or last or self.stopped:
             self.checkpoint(step)
         if self.bar and step % 10 == 0:
-            self.bar.advance(step, loss.item())
+            self.bar.advance(step, self.cadence.last_loss)
 
     def evaluate(self, step: int) -> dict:
         self.model.eval()
@@ -539,6 +548,7 @@ class _RunState:
         }
         if self.noise:
             state["noise"] = self.noise.state()
+        state["cadence"] = self.cadence.state()
         state["checksum"] = _state_checksum(state)
         atomic_write(self.run.state_path, lambda tmp: torch.save(state, tmp))
         every = self.cfg.states_at
