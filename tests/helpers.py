@@ -108,7 +108,9 @@ def train_process(*args, stdout=subprocess.DEVNULL) -> subprocess.Popen:
 
 def logged(run) -> list[dict]:
     """A run's metrics rows without the wall clock: what must match for runs to be equal."""
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in run.metric_rows()]
+    from selector_lens.runs.rundir import CLOCK
+
+    return [{k: v for k, v in r.items() if k not in CLOCK} for r in run.metric_rows()]
 
 
 def cli_process(*args, cwd=None) -> subprocess.CompletedProcess:

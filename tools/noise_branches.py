@@ -36,6 +36,7 @@ from selector_lens.paper.studies.interventions import (
     noise_only_specs,
 )
 from selector_lens.runs import rundir
+from selector_lens.runs.rundir import CLOCK
 from selector_lens.training.branch import Changes, branches, make_branch
 from selector_lens.training.trainer import train_many
 
@@ -60,7 +61,7 @@ def same_trajectory(ours: sl.Run, published: sl.Run, upto: int) -> bool:
 
     def rows(run):
         return {
-            r["step"]: {k: v for k, v in r.items() if k != "wall_s"}
+            r["step"]: {k: v for k, v in r.items() if k not in CLOCK}
             for r in run.metric_rows()
             if r["step"] <= upto
         }
@@ -139,7 +140,7 @@ def divergence(ours: sl.Run, published: sl.Run, upto: int) -> tuple[float, int |
         o = theirs.get(r["step"])
         if r["step"] > upto or o is None:
             continue
-        diffs = [abs(v - o[k]) for k, v in r.items() if isinstance(v, float) and k != "wall_s"]
+        diffs = [abs(v - o[k]) for k, v in r.items() if isinstance(v, float) and k not in CLOCK]
         d = max((x for x in diffs if x == x), default=0.0)
         worst = max(worst, d)
         first = first if first is not None or d <= ROUNDING else r["step"]

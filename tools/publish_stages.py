@@ -12,7 +12,6 @@ Each run's tables are stored as they are computed, so a killed publish resumes w
 
 import argparse
 import json
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -25,13 +24,20 @@ from selector_lens.runs.steps import thin
 from selector_lens.viz.static import lines_svg
 
 DEST = Path("analyses/results/stages")
+RESULTS = DEST.parent
+
+
+def published_path(run) -> Path:
+    """Where the run's published form goes: beside its task's published runs if it is one of
+    them (analyses/results/tasks/<task>/runs/<name>: its store gains the stages), else
+    stages/runs/<name>."""
+    there = RESULTS / "tasks" / run.config.task.name / "runs" / run.path.name
+    return there if there.is_dir() else DEST / "runs" / run.path.name
 
 
 def stages(run, settings: LLCSettings, points: int, compared: int) -> dict:
     """The LLC at `points` checkpoints, attribution at every one, exact patching at `compared`."""
-    t = time.perf_counter()
     table = llc(run, thin(run.steps, points), settings)
-    t_llc = time.perf_counter() - t
     attribution_series(run, "z", run.steps)
     vs = compare(run, thin(run.steps, compared))
     return {
@@ -42,9 +48,9 @@ def stages(run, settings: LLCSettings, points: int, compared: int) -> dict:
         "llc_mean": [round(float(x), 3) for x in table.llc],
         "llc_std": [round(float(x), 3) for x in table.llc_std],
         "llc_drift": [round(float(x), 3) for x in table.drift],
-        "llc_flags": [f or "" for f in table.flags],
+        "llc_flags": [f or "" for f in table["flags"]],
         "llc_seconds_per_checkpoint": round(float(table.seconds.mean()), 1),
-        "llc_seconds": round(t_llc, 1),
+        "llc_seconds": round(float(table.seconds.sum()), 1),  # as computed (stored)
         "llc_settings": {**asdict(settings), "n_beta": float(table.n_beta.iloc[0])},
         "attribution_vs_exact_r": round(vs["correlation"], 4),
         "attribution_vs_exact_per_step": [
@@ -57,11 +63,17 @@ def stages(run, settings: LLCSettings, points: int, compared: int) -> dict:
     }
 
 
-def figure(summary: dict, rows: list[dict]) -> str:
-    """The LLC against step, τ marked (the loss is in the dashboard's stages panel)."""
+def figure(summary: dict) -> str:
+    """The LLC against step, τ marked (the loss beside it is in the dashboard's stages panel);
+    a negative estimate (the initialisation: not a minimum) is left off the axis, and named."""
+    kept = [(s, v) for s, v in zip(summary["steps"], summary["llc_mean"]) if v >= 0]
+    left = [s for s, v in zip(summary["steps"], summary["llc_mean"]) if v < 0]
+    title = f"The local learning coefficient across training: {summary['run']}"
+    if left:
+        title += f" (negative, not shown: step {', '.join(map(str, left))})"
     return lines_svg(
-        [("LLC (mean over chains)", summary["steps"], summary["llc_mean"])],
-        f"The local learning coefficient across training: {summary['run']}",
+        [("LLC (mean over chains)", [s for s, _ in kept], [v for _, v in kept])],
+        title,
         "step",
         "LLC",
         (summary["tau"], f"τ = {summary['tau']}") if summary["tau"] is not None else None,
@@ -92,11 +104,13 @@ def main() -> None:
         run = sl.Run.open(run_path)
         one = stages(run, settings, args.llc_points, args.compared)
         analyze(run)  # the rest of the dashboard, stored with it
-        publish_run(run, DEST / "runs" / run.path.name)
+        where = published_path(run)
+        publish_run(run, where)
+        one["path"] = str(where.relative_to(RESULTS))
         summary["runs"] = [r for r in summary["runs"] if r["run"] != one["run"]] + [one]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(summary, indent=1) + "\n")
-        (DEST / f"llc-{one['run']}.svg").write_text(figure(one, run.metric_rows()))
+        (DEST / f"llc-{one['run']}.svg").write_text(figure(one))
         print(json.dumps({k: v for k, v in one.items() if "per_step" not in k}))
 
 

@@ -5,6 +5,7 @@ killed adaptive run resumes to the same evaluations."""
 from dataclasses import replace
 
 import selector_lens as sl
+from selector_lens.runs.rundir import CLOCK
 from selector_lens.training.cadence import FLOOR
 from tests.helpers import tiny, train_until_killed
 
@@ -18,8 +19,8 @@ def test_adaptive_evaluates_fewer_grid_steps_and_changes_nothing_else(tmp_path):
     a = {r["step"]: r for r in adaptive.metric_rows()}
     assert set(a) < set(d) and {0, 240} <= set(a)
     for step, row in a.items():  # the same numbers where both evaluated
-        assert {k: v for k, v in row.items() if k != "wall_s"} == {
-            k: v for k, v in d[step].items() if k != "wall_s"
+        assert {k: v for k, v in row.items() if k not in CLOCK} == {
+            k: v for k, v in d[step].items() if k not in CLOCK
         }
     assert all(s % (FLOOR * 10) == 0 or s in a for s in d if s % (FLOOR * 10) == 0)
     assert [sl.Run.open(r.path).steps for r in (dense, adaptive)] == [dense.steps] * 2

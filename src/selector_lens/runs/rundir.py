@@ -18,6 +18,7 @@ RUN_JSON = "run.json"
 DATA_JSON = "data.json"
 METRICS = "metrics.jsonl"
 METRICS_PACKED = "metrics.jsonl.gz"  # a published run's log
+CLOCK = ("wall_s", "eval_s")  # a metrics row's timings: never part of what must match
 ERROR_JSON = "error.json"
 CKPT_DIR = "ckpt"
 BRANCH = "branch"  # run.json: where a branch came from (parent, step) and what it changed

@@ -514,6 +514,7 @@ class _RunState:
             self.bar.advance(step, self.cadence.last_loss)
 
     def evaluate(self, step: int) -> dict:
+        started = time.perf_counter()
         self.model.eval()
         row = {
             "step": step,
@@ -529,6 +530,7 @@ class _RunState:
                 "its checkpoints up to the last finite evaluation are kept"
             )
         row["wall_s"] = time.perf_counter() - self.t0
+        row["eval_s"] = row["wall_s"] + self.t0 - started  # what this evaluation cost
         self.model.train()
         self.log.write(json.dumps(row) + "\n")
         self.log.flush()
