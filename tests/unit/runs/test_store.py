@@ -151,3 +151,31 @@ def test_an_analysis_reports_its_progress_once_over_the_steps_it_computes(run, c
     assert not any("/1" in line for line in err)
     sl.ablate_each_head(shown, [0, 20, 40])  # served from the store: nothing to report
     assert capsys.readouterr().err == ""
+
+
+def test_a_reader_beside_a_writing_process_never_sees_half_a_table(run, tmp_path):
+    """`analyze` in another process fills a copy's store while this one reads every stored file
+    as it appears: each parses whole (they are written beside and renamed into place), and at
+    the end the reader's tables are the writer's."""
+    import json
+    import subprocess
+    import sys
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run.path, copy)
+    shutil.rmtree(copy / STORE_DIR, ignore_errors=True)
+    code = f"import selector_lens as sl; sl.analyze(sl.Run.open({str(copy)!r}))"
+    writer = subprocess.Popen([sys.executable, "-c", code])
+    seen = 0
+    while True:
+        done = writer.poll() is not None
+        for path in (copy / STORE_DIR).rglob("*.json"):
+            try:
+                json.loads(path.read_text())  # whole, or not there yet
+                seen += 1
+            except FileNotFoundError:
+                pass
+        if done:
+            break
+    assert writer.returncode == 0 and seen > 0
+    assert not list((copy / STORE_DIR).rglob("*.tmp*"))  # nothing half-written left behind
