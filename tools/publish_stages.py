@@ -51,7 +51,11 @@ def stages(run, settings: LLCSettings, points: int, compared: int) -> dict:
         "llc_flags": [f or "" for f in table["flags"]],
         "llc_seconds_per_checkpoint": round(float(table.seconds.mean()), 1),
         "llc_seconds": round(float(table.seconds.sum()), 1),  # as computed (stored)
-        "llc_settings": {**asdict(settings), "n_beta": float(table.n_beta.iloc[0])},
+        "llc_settings": {
+            **asdict(settings),
+            "lr": float(table.lr.iloc[0]),  # the step used (the default: 0.1 / n beta)
+            "n_beta": float(table.n_beta.iloc[0]),
+        },
         "attribution_vs_exact_r": round(vs["correlation"], 4),
         "attribution_vs_exact_per_step": [
             {k: (round(v, 4) if isinstance(v, float) else v) for k, v in x.items()}
