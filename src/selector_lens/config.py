@@ -104,7 +104,7 @@ class TrainConfig:
         None, "Step at which the cosine schedule reaches 0 (default: steps)."
     )
     eval_every: int = option(
-        50, "Steps between evaluations (adaptive cadence: the grid evaluations are taken on)."
+        50, "Steps between evaluations: the grid (the adaptive cadence skips its quiet steps)."
     )
     eval_cadence: str = option(
         "adaptive",
