@@ -8,7 +8,9 @@ shared and noisy: the floor and both steps are measured in alternating rounds, r
 Strict floor: the same FLOPs at this machine's best rate, the fastest of square fp32 products
 (256 to 2048); the step's own small GEMMs run well below that rate, so the strict floor shows the
 headroom the per-shape floor hides. Last, the end-to-end CLI step: `selector-lens train` for 600
-and for 100 steps (no evaluation or checkpoint in between), the difference over 500 steps.
+and for 100 steps (no evaluation or checkpoint in between), the difference over 500 steps; at 2
+threads, in rounds interleaved with `../shared/bench/plain_loop.py` (the plain HookedTransformer
+loop and its matmul floor, as a user runs it), so both references print in one run (issue 46).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import selector_lens as sl
 from selector_lens.task.order import BatchOrder
 
 ROUNDS = 5
+CLI_ROUNDS = 3  # `selector-lens train` against plain_loop.py, from the shell
 THREADS = (1, 2)
 SQUARE = (256, 512, 1024, 2048)
 
@@ -69,9 +72,10 @@ def best_rate() -> float:
     return max(rates)
 
 
-def cli_step_seconds(short: int = 100, long: int = 600) -> float:
+def cli_step_seconds(short: int = 100, long: int = 600, threads: int = 1) -> float:
     """Seconds per step of `selector-lens train` (K = 10, n_bases = 1000), end to end: a `long`
-    and a `short` run, evaluations and checkpoints only at their ends, the difference per step."""
+    and a `short` run, evaluations and checkpoints only at their ends (no analysis after), the
+    difference per step."""
     times = []
     for n in (short, long):
         with tempfile.TemporaryDirectory() as tmp:
@@ -90,10 +94,10 @@ def cli_step_seconds(short: int = 100, long: int = 600) -> float:
             cmd = [sys.executable, "-m", "selector_lens", "train", *map(str, args)]
             t = time.perf_counter()
             subprocess.run(
-                [*cmd, "--no-early-stop", "--out", f"{tmp}/r", "--json"],
+                [*cmd, "--no-early-stop", "--no-analyze", "--out", f"{tmp}/r", "--json"],
                 check=True,
                 capture_output=True,
-                env={**os.environ, "OMP_NUM_THREADS": "1"},
+                env={**os.environ, "OMP_NUM_THREADS": str(threads)},
             )
             times.append(time.perf_counter() - t)
     return (times[1] - times[0]) / (long - short)
@@ -161,11 +165,46 @@ def main() -> None:
             f"{ratio(1, 4):.2f} x strict floor"
         )
     torch.set_num_threads(1)
-    cli = cli_step_seconds()
+    cli = cli_step_seconds(threads=1)
     print(
         f"selector-lens train, end to end, 1 thread (600 - 100 steps): {cli * 1e3:7.1f} ms a step "
         f"= {cli / step_at[1]:.2f} x the in-process step at 1 thread"
     )
+    # at 2 threads, against the shared reference (its own fresh process, 2 threads as it sets):
+    # both from the shell and noisy alone (81 and 104 ms in two runs), so rounds, interleaved
+    rounds = []
+    for _ in range(CLI_ROUNDS):
+        cli = cli_step_seconds(threads=2) * 1e3
+        reference = plain_loop()
+        if reference is None:
+            break
+        rounds.append((cli, reference["naive_ms"], reference["floor_ms"]))
+    if rounds:
+        cli, plain_ms, floor_ms = (statistics.median(r[i] for r in rounds) for i in range(3))
+        faster = statistics.median(r[1] / r[0] for r in rounds)
+        above = statistics.median(r[0] / r[2] for r in rounds)
+        print(
+            f"selector-lens train, end to end, 2 threads: {cli:.1f} ms a step = "
+            f"{cli / 1e3 / step_at[2]:.2f} x the in-process step; ../shared/bench/plain_loop.py: "
+            f"plain loop {plain_ms:.1f} ms, its floor {floor_ms:.1f} ms; median of {len(rounds)} "
+            f"rounds: {faster:.2f} x faster than the plain loop (goal >= 1.5), {above:.2f} x its "
+            f"floor (goal <= 1.4); rounds "
+            + ", ".join(f"{r[1] / r[0]:.2f} / {r[0] / r[2]:.2f}" for r in rounds)
+        )
+
+
+def plain_loop() -> dict | None:
+    """The shared reference's JSON (`../shared/bench/plain_loop.py`, a plain HookedTransformer +
+    AdamW loop and the step's matmul floor), run as a user runs it; None where it is absent."""
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "shared" / "bench" / "plain_loop.py"
+    if not script.is_file():
+        print(f"(no {script}: the shared reference is not on this machine)")
+        return None
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def shell(cmd: list[str], threads: int) -> float:
 def toolkit(steps: int, out: Path, threads: int, eval_every: int = 100) -> list[str]:
     return [sys.executable, "-m", "selector_lens", "train", *NANDA, "--steps", str(steps),
             "--eval-every", str(eval_every), "--ckpt-every", str(max(steps, 1)),
-            "--no-early-stop", "--out", str(out), "--json"]  # fmt: skip
+            "--no-early-stop", "--no-analyze", "--out", str(out), "--json"]  # fmt: skip
 
 
 def main() -> None:
