@@ -279,6 +279,29 @@ def test_the_answers_are_ready_when_training_ends(tiny_run, tmp_path):
     assert not (bare / "analyses").exists()
 
 
+def test_an_analysis_killed_after_training_is_completed_by_resume(tmp_path, monkeypatch):
+    """Killed while storing its analyses, a trained run keeps what was stored; `train --resume`
+    completes the rest without computing again what is there."""
+    from selector_lens.analysis import lens
+
+    path = tmp_path / "r"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(lens, "logit_lens", killed)  # after patching, before the explorer
+        out = cli("train", *TINY, "--steps", "40", "--no-early-stop", "--out", str(path))
+    assert out.returncode != 0 and sl.Run.open(path).status == "finished"
+    store = path / "analyses"
+    assert (store / "patching").is_dir() and not (store / "attention_explorer").exists()
+    kept = {p: p.stat().st_ino for p in (store / "patching").rglob("*.json")}
+    out = cli("train", "--out", str(path), "--resume", "--json")
+    assert out.returncode == 0, out.stderr
+    assert (store / "logit_lens").is_dir() and (store / "attention_explorer").is_dir()
+    assert kept and {p: p.stat().st_ino for p in kept} == kept  # read back, not written again
+
+
 @pytest.mark.slow
 def test_ablate_head_json_and_alias(tiny_run):
     alias = [
