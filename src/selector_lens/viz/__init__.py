@@ -18,6 +18,7 @@ from selector_lens.viz.figures import (
     tau_vs_k,
     weight_trajectory_curves,
 )
+from selector_lens.viz.stages import stages_panel
 
 __all__ = [
     "loss_curves",
@@ -35,4 +36,5 @@ __all__ = [
     "branch_overlay",
     "landscape_curves",
     "attention_explorer",
+    "stages_panel",
 ]
