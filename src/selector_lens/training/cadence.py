@@ -72,7 +72,8 @@ class Cadence:
 
     def due(self, step: int, rows: list[dict], counting: bool) -> bool:
         """Evaluate at grid step `step`? `rows`: the evaluations so far; `counting`: the early
-        stop is counting evaluations."""
+        stop is counting evaluations. Called once per grid step: it records whether the step
+        moved (the hold of FLOOR grid steps counts from the last that did)."""
         if self.moves(rows):
             self.moved_at = step
         if not self.adaptive or counting or step % (FLOOR * self.every) == 0:
